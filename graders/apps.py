@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class GradersConfig(AppConfig):
+    name = "graders"
+    verbose_name = "Graders"

@@ -1,0 +1,176 @@
+"""REST API: one view per operation, the same services and access rules as the pages."""
+
+
+from django.http import Http404, StreamingHttpResponse
+from rest_framework import serializers, status
+from rest_framework.decorators import api_view, parser_classes
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.parsers import FileUploadParser, MultiPartParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from labeling.access import Perm, job_access, project_access
+from labeling.exports import labels_records, pairs_records
+from labeling.import_jobs import UploadTooLarge, import_upload, rejection_payload
+from labeling.imports import ImportRejected
+from labeling.jobs import job_cancel
+from labeling.jsonl import jsonl_lines
+from labeling.models import Job, Task
+from labeling.selectors import memberships_for_user, project_overview, task_detail, tasks_browse
+from labeling.splits import SplitFractionsInvalid, splits_assign
+
+
+class TaskOutput(serializers.ModelSerializer):
+    id = serializers.CharField(source="external_id")
+    responses = serializers.IntegerField(source="response_count")
+    labels = serializers.IntegerField(source="label_count")
+
+    class Meta:
+        model = Task
+        fields = ["id", "domain", "split", "prompt", "instructions", "responses", "labels"]
+
+
+class JobOutput(serializers.ModelSerializer):
+    project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+
+    class Meta:
+        model = Job
+        fields = [
+            "id", "kind", "project", "status", "stage", "done", "total", "percent", "cost",
+            "error", "result", "created_at", "started_at", "finished_at",
+        ]  # fmt: skip
+
+
+class SplitInput(serializers.Serializer):
+    fractions = serializers.DictField(child=serializers.FloatField(min_value=0, max_value=1))
+    seed = serializers.IntegerField(default=0)
+    holdout = serializers.ListField(child=serializers.CharField(allow_blank=True), default=list)
+
+
+@api_view(["GET"])
+def projects_list(request: Request) -> Response:
+    return Response(
+        [
+            {"slug": m.project.slug, "name": m.project.name, "role": m.role, "tasks": m.task_count}
+            for m in memberships_for_user(user=request.user)
+        ]
+    )
+
+
+@api_view(["GET"])
+def project_detail(request: Request, slug: str) -> Response:
+    access = project_access(user=request.user, slug=slug)
+    return Response(
+        {
+            "slug": slug,
+            "name": access.project.name,
+            "role": access.role,
+            **project_overview(project=access.project),
+        }
+    )
+
+
+@api_view(["GET"])
+def tasks_list(request: Request, slug: str) -> Response:
+    access = project_access(user=request.user, slug=slug)
+    tasks = tasks_browse(
+        project=access.project,
+        query=request.query_params.get("q", ""),
+        domain=request.query_params.get("domain", ""),
+        split=request.query_params.get("split", ""),
+    )
+    paginator = PageNumberPagination()
+    page = paginator.paginate_queryset(tasks, request)
+    return paginator.get_paginated_response(TaskOutput(page, many=True).data)
+
+
+@api_view(["GET"])
+def task_get(request: Request, slug: str, task_id: str) -> Response:
+    access = project_access(user=request.user, slug=slug)
+    try:
+        detail = task_detail(
+            project=access.project, external_id=task_id, with_sources=access.can(Perm.SEE_SOURCES)
+        )
+    except Task.DoesNotExist:
+        raise Http404 from None
+    task = detail["task"]
+    return Response(
+        {
+            "id": task.external_id,
+            "domain": task.domain,
+            "split": task.split,
+            "prompt": task.prompt,
+            "instructions": task.instructions,
+            "metadata": task.metadata,
+            "documents": [
+                {"id": d.external_id, "title": d.title, "text": d.text} for d in detail["documents"]
+            ],
+            "responses": [
+                {("id" if k == "external_id" else k): v for k, v in r.items()}
+                for r in detail["responses"]
+            ],
+        }
+    )
+
+
+@api_view(["POST"])
+@parser_classes([MultiPartParser, FileUploadParser])
+def import_create(request: Request, slug: str) -> Response:
+    """Upload a JSONL file as multipart field 'file' or as the raw request body. Small files
+    import at once (200 with counts, or 400 with every bad line); large ones return 202 and a
+    job to poll."""
+    access = project_access(user=request.user, slug=slug, perm=Perm.IMPORT)
+    upload = request.data.get("file")
+    if upload is None:
+        return Response({"detail": "send the JSONL file as multipart field 'file'"}, status=400)
+    try:
+        outcome = import_upload(
+            project=access.project, user=request.user, upload=upload, size=upload.size
+        )
+    except ImportRejected as exc:
+        return Response(rejection_payload(exc), status=status.HTTP_400_BAD_REQUEST)
+    except UploadTooLarge as exc:
+        return Response({"detail": str(exc)}, status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+    if isinstance(outcome, Job):
+        return Response(JobOutput(outcome).data, status=status.HTTP_202_ACCEPTED)
+    return Response({"lines": outcome.lines, "counts": outcome.counts})
+
+
+@api_view(["GET"])
+def export_get(request: Request, slug: str) -> StreamingHttpResponse:
+    access = project_access(user=request.user, slug=slug, perm=Perm.EXPORT)
+    kind = request.query_params.get("kind", "labels")
+    if kind not in {"labels", "pairs"}:
+        raise Http404("Unknown export kind; use labels or pairs.")
+    records = (labels_records if kind == "labels" else pairs_records)(project=access.project)
+    return StreamingHttpResponse(jsonl_lines(records), content_type="application/x-ndjson")
+
+
+@api_view(["POST"])
+def splits_create(request: Request, slug: str) -> Response:
+    access = project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
+    data = SplitInput(data=request.data)
+    data.is_valid(raise_exception=True)
+    try:
+        table = splits_assign(
+            project=access.project,
+            fractions=data.validated_data["fractions"],
+            seed=data.validated_data["seed"],
+            holdout_domains=tuple(data.validated_data["holdout"]),
+        )
+    except SplitFractionsInvalid as exc:
+        return Response({"fractions": [str(exc)]}, status=400)
+    return Response(table)
+
+
+@api_view(["GET"])
+def job_get(request: Request, job_id: int) -> Response:
+    return Response(JobOutput(job_access(user=request.user, job_id=job_id)).data)
+
+
+@api_view(["POST"])
+def job_cancel_create(request: Request, job_id: int) -> Response:
+    job = job_access(user=request.user, job_id=job_id, cancel=True)
+    job_cancel(job=job)
+    job.refresh_from_db()
+    return Response(JobOutput(job).data)

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class LabelingConfig(AppConfig):
+    name = "labeling"
+    verbose_name = "Labeling"

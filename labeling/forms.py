@@ -1,0 +1,37 @@
+from django import forms
+
+from labeling.models import Split
+
+
+class ImportForm(forms.Form):
+    file = forms.FileField(help_text="A JSON Lines file in the import format.")
+
+
+class SplitForm(forms.Form):
+    meta = forms.FloatField(min_value=0, max_value=1, initial=0.2)
+    selection = forms.FloatField(min_value=0, max_value=1, initial=0.2)
+    train = forms.FloatField(min_value=0, max_value=1, initial=0.4)
+    eval = forms.FloatField(min_value=0, max_value=1, initial=0.2)
+    seed = forms.IntegerField(initial=0)
+    holdout = forms.MultipleChoiceField(
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="Hold out whole domains (all go to eval)",
+    )
+
+    def __init__(self, *args: object, domains: list[str], **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.fields["holdout"].choices = [(d, d or "(no domain)") for d in domains]
+
+    def fractions(self) -> dict[str, float]:
+        return {split: self.cleaned_data[split] for split in Split.values if split != "unassigned"}
+
+
+class TaskFilterForm(forms.Form):
+    q = forms.CharField(required=False, label="Search")
+    domain = forms.ChoiceField(required=False)
+    split = forms.ChoiceField(required=False, choices=[("", "Any split"), *Split.choices])
+
+    def __init__(self, *args: object, domains: list[str], **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.fields["domain"].choices = [("", "Any domain"), *[(d, d or "(none)") for d in domains]]

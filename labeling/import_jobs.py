@@ -1,0 +1,100 @@
+"""Imports from the page and the API: small files inline, large ones as a background job."""
+
+import shutil
+import uuid
+from pathlib import Path
+from typing import IO, Any
+
+from django.conf import settings
+from django.db import transaction
+
+from labeling.imports import ImportRejected, ImportReport, ImportStopped, jsonl_import
+from labeling.jobs import (
+    JobCancelled,
+    job_cancel_requested,
+    job_claim,
+    job_create,
+    job_finish,
+    job_progress_reporter,
+)
+from labeling.models import Job, JobStatus, Project
+
+IMPORT_JOB = "import"
+
+
+class UploadTooLarge(Exception):
+    pass
+
+
+def uploads_dir() -> Path:
+    folder = Path(settings.MEDIA_ROOT) / "imports"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def rejection_payload(exc: ImportRejected) -> dict[str, Any]:
+    return {
+        "message": str(exc),
+        "total_errors": exc.total,
+        "errors": [{"line": e.line, "field": e.field, "message": e.message} for e in exc.errors],
+    }
+
+
+def import_upload(
+    *, project: Project, user: Any, upload: IO[bytes], size: int
+) -> ImportReport | Job:
+    """Import an uploaded file: inline when small (raises ImportRejected), else as a job.
+
+    The upload is copied to its own file first, because Django deletes its temporary file when
+    the request ends and the job runs later in another process.
+    """
+    if size > settings.IMPORT_MAX_FILE_BYTES:
+        raise UploadTooLarge(
+            f"the file has {size} bytes; the limit is {settings.IMPORT_MAX_FILE_BYTES}"
+        )
+    path = uploads_dir() / f"{uuid.uuid4().hex}.jsonl"
+    with open(path, "wb") as out:
+        shutil.copyfileobj(upload, out, length=1024 * 1024)
+    if size <= settings.IMPORT_INLINE_MAX_BYTES:
+        try:
+            return jsonl_import(project=project, path=path)
+        finally:
+            path.unlink(missing_ok=True)
+    job = job_create(
+        kind=IMPORT_JOB, project=project, user=user, params={"path": path.name, "bytes": size}
+    )
+    from labeling.tasks import import_file_task
+
+    transaction.on_commit(lambda: import_file_task.delay(job.pk))
+    return job
+
+
+def import_job_run(*, job_id: int) -> dict[str, Any]:
+    """Run a queued import job; a second delivery of the same job does nothing."""
+    job = job_claim(job_id=job_id)
+    if job is None:
+        return {"job": job_id, "skipped": True}
+    path = uploads_dir() / job.params["path"]
+    try:
+        report = jsonl_import(
+            project=job.project,
+            path=path,
+            progress=job_progress_reporter(job),
+            should_stop=lambda: job_cancel_requested(job=job),
+        )
+    except ImportRejected as exc:
+        job_finish(job=job, status=JobStatus.FAILED, result=rejection_payload(exc), error=str(exc))
+    except (JobCancelled, ImportStopped):
+        job_finish(job=job, status=JobStatus.CANCELLED, error="Cancelled; nothing was imported.")
+    except Exception as exc:
+        job_finish(job=job, status=JobStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
+        raise
+    else:
+        job_finish(
+            job=job,
+            status=JobStatus.SUCCEEDED,
+            result={"lines": report.lines, "counts": report.counts},
+        )
+    finally:
+        path.unlink(missing_ok=True)
+    return {"job": job_id, "status": Job.objects.get(pk=job_id).status}

@@ -1,0 +1,575 @@
+"""Import of JSONL files (FORMATS.md), all or nothing.
+
+Two passes keep memory bounded by the number of distinct record keys, never by the file's text:
+
+1. Scan: parse and validate every line on its own, drop exact repeats, flag conflicting
+   duplicates, and spool each record's line to a temporary file per record type.
+2. Write: inside one transaction, replay the spools in dependency order (dimensions, tasks,
+   responses, rubrics, then labels) in batches. References are resolved against the database,
+   which by then holds this file's earlier types too, so records may come in any order.
+
+Every problem of both passes is collected with its line number and field. If there is any, the
+transaction is rolled back and ImportRejected carries the list: nothing is written.
+"""
+
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from itertools import batched
+from pathlib import Path
+from typing import IO, Any
+
+from django.db import transaction
+from django.db.models import Q
+
+from labeling.models import (
+    Annotator,
+    CriterionGrade,
+    Dimension,
+    Document,
+    JudgeScore,
+    Preference,
+    Project,
+    Response,
+    Rubric,
+    RubricItem,
+    RubricRevision,
+    Score,
+    Task,
+)
+from labeling.records import (
+    RECORD_TYPES,
+    CriterionGradeRecord,
+    DimensionRecord,
+    JudgeScoreRecord,
+    PreferenceRecord,
+    RecordInvalid,
+    ResponseRecord,
+    RubricRecord,
+    ScoreRecord,
+    TaskRecord,
+    record_parse,
+)
+
+BATCH = 1000
+MAX_REPORTED_ERRORS = 1000
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class LineError:
+    line: int
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"line {self.line}, {self.field}: {self.message}"
+
+
+class ImportRejected(Exception):
+    """The file has bad lines; `errors` lists up to MAX_REPORTED_ERRORS of them, `total` all."""
+
+    def __init__(self, errors: list[LineError], total: int) -> None:
+        more = f" (showing the first {len(errors)})" if total > len(errors) else ""
+        super().__init__(f"{total} bad line(s), nothing was imported{more}")
+        self.errors = errors
+        self.total = total
+
+
+@dataclass
+class ImportReport:
+    lines: int = 0
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RECORD_TYPES, 0))
+
+
+class _Errors:
+    def __init__(self) -> None:
+        self.items: list[LineError] = []
+        self.total = 0
+
+    def add(self, line: int, field_name: str, message: str) -> None:
+        self.total += 1
+        if len(self.items) < MAX_REPORTED_ERRORS:
+            self.items.append(LineError(line, field_name, message))
+
+
+class _Spool:
+    """One temporary file per record type holding 'line-number TAB raw-json' lines."""
+
+    def __init__(self, folder: str) -> None:
+        self.files: dict[str, IO[bytes]] = {
+            kind: open(Path(folder) / f"{kind}.jsonl", "w+b")  # noqa: SIM115 (closed in close())
+            for kind in RECORD_TYPES
+        }
+
+    def write(self, kind: str, line_number: int, raw: bytes) -> None:
+        self.files[kind].write(b"%d\t%s\n" % (line_number, raw))
+
+    def read(self, kind: str) -> Iterator[tuple[int, Any]]:
+        handle = self.files[kind]
+        handle.flush()
+        handle.seek(0)
+        for row in handle:
+            number, _, raw = row.rstrip(b"\n").partition(b"\t")
+            yield int(number), record_parse(raw)
+
+    def close(self) -> None:
+        for handle in self.files.values():
+            handle.close()
+
+
+def _lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
+    """Yield (line number, bytes read so far, line) for each non-blank line."""
+    offset = 0
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            offset += len(raw)
+            stripped = raw.rstrip(b"\r\n")
+            if stripped.strip():
+                yield number, offset, stripped
+
+
+def _scan(
+    path: Path, spool: _Spool, errors: _Errors, report: ImportReport, progress: Progress
+) -> None:
+    seen: dict[tuple[Any, ...], tuple[int, bytes]] = {}
+    total = path.stat().st_size
+    for number, offset, raw in _lines(path):
+        report.lines += 1
+        try:
+            record = record_parse(raw)
+        except RecordInvalid as exc:
+            for field_name, message in exc.problems:
+                errors.add(number, field_name, message)
+            continue
+        key = record.key()
+        fingerprint = record.fingerprint()
+        earlier = seen.get(key)
+        if earlier is not None:
+            if earlier[1] != fingerprint:
+                errors.add(
+                    number,
+                    "id" if record.type in {"task", "response"} else "(record)",
+                    f"conflicts with line {earlier[0]}, which describes the same "
+                    f"{record.type.replace('_', ' ')} differently",
+                )
+            continue
+        seen[key] = (number, fingerprint)
+        report.counts[record.type] += 1
+        spool.write(record.type, number, raw)
+        if number % BATCH == 0:
+            progress("Checking lines", offset, total)
+    progress("Checking lines", total, total)
+
+
+class _Writer:
+    """Writes one record type at a time, resolving references against the database."""
+
+    def __init__(self, project: Project, errors: _Errors) -> None:
+        self.project = project
+        self.errors = errors
+
+    # Lookups shared by the label types -------------------------------------------------
+
+    def tasks_by_id(self, ids: set[str]) -> dict[str, int]:
+        rows = Task.objects.filter(project=self.project, external_id__in=ids)
+        return dict(rows.values_list("external_id", "pk"))
+
+    def responses_by_id(self, ids: set[str]) -> dict[str, tuple[int, int]]:
+        rows = Response.objects.filter(project=self.project, external_id__in=ids)
+        return {
+            ext: (pk, task) for ext, pk, task in rows.values_list("external_id", "pk", "task_id")
+        }
+
+    def dimensions_by_name(self) -> dict[str, int]:
+        return dict(Dimension.objects.filter(project=self.project).values_list("name", "pk"))
+
+    def annotators_by_name(self, names: set[str]) -> dict[str, int]:
+        Annotator.objects.bulk_create(
+            [Annotator(project=self.project, name=name) for name in sorted(names)],
+            ignore_conflicts=True,
+        )
+        rows = Annotator.objects.filter(project=self.project, name__in=names)
+        return dict(rows.values_list("name", "pk"))
+
+    def missing(self, line: int, field_name: str, kind: str, value: str) -> None:
+        self.errors.add(line, field_name, f"{kind} {value!r} not found in this file or the project")
+
+    # One method per record type --------------------------------------------------------
+
+    def dimensions(self, batch: list[tuple[int, DimensionRecord]]) -> None:
+        Dimension.objects.bulk_create(
+            [
+                Dimension(project=self.project, name=r.name, description=r.description)
+                for _, r in batch
+            ],
+            update_conflicts=True,
+            unique_fields=["project", "name"],
+            update_fields=["description"],
+        )
+
+    def tasks(self, batch: list[tuple[int, TaskRecord]]) -> None:
+        fields = ["domain", "prompt", "instructions", "metadata"]
+        # A record without a split keeps the split already assigned in the app.
+        for with_split in (True, False):
+            group = [r for _, r in batch if (r.split is not None) == with_split]
+            if group:
+                Task.objects.bulk_create(
+                    [
+                        Task(
+                            project=self.project,
+                            external_id=r.id,
+                            domain=r.domain,
+                            prompt=r.prompt,
+                            instructions=r.instructions,
+                            metadata=r.metadata,
+                            split=r.split or "unassigned",
+                        )
+                        for r in group
+                    ],
+                    update_conflicts=True,
+                    unique_fields=["project", "external_id"],
+                    update_fields=[*fields, "split"] if with_split else fields,
+                )
+        task_pks = self.tasks_by_id({r.id for _, r in batch})
+        documents = [
+            Document(
+                task_id=task_pks[r.id],
+                external_id=d.id,
+                title=d.title,
+                text=d.text,
+                position=position,
+            )
+            for _, r in batch
+            for position, d in enumerate(r.documents)
+        ]
+        kept = Document.objects.bulk_create(
+            documents,
+            update_conflicts=True,
+            unique_fields=["task", "external_id"],
+            update_fields=["title", "text", "position"],
+        )
+        # Documents that the new record no longer lists are removed.
+        stale = Document.objects.filter(task_id__in=task_pks.values()).exclude(
+            pk__in=[d.pk for d in kept]
+        )
+        stale.delete()
+
+    def responses(self, batch: list[tuple[int, ResponseRecord]]) -> None:
+        task_pks = self.tasks_by_id({r.task for _, r in batch})
+        existing = self.responses_by_id({r.id for _, r in batch})
+        rows = []
+        for line, r in batch:
+            task_pk = task_pks.get(r.task)
+            if task_pk is None:
+                self.missing(line, "task", "task", r.task)
+                continue
+            if r.id in existing and existing[r.id][1] != task_pk:
+                self.errors.add(line, "task", f"response {r.id!r} already belongs to another task")
+                continue
+            rows.append(
+                Response(
+                    project=self.project,
+                    task_id=task_pk,
+                    external_id=r.id,
+                    content=r.content or "",
+                    messages=(
+                        None
+                        if r.messages is None
+                        else [m.model_dump(exclude_none=True) for m in r.messages]
+                    ),
+                    source_model=r.source,
+                    metadata=r.metadata,
+                )
+            )
+        Response.objects.bulk_create(
+            rows,
+            update_conflicts=True,
+            unique_fields=["project", "external_id"],
+            update_fields=["content", "messages", "source_model", "metadata"],
+        )
+
+    def rubrics(self, batch: list[tuple[int, RubricRecord]]) -> None:
+        task_pks = self.tasks_by_id({r.task for _, r in batch})
+        current = {
+            (rubric.task_id, rubric.author_kind, rubric.origin): rubric
+            for rubric in Rubric.objects.filter(task_id__in=task_pks.values()).prefetch_related(
+                "items"
+            )
+        }
+        for line, r in batch:
+            task_pk = task_pks.get(r.task)
+            if task_pk is None:
+                self.missing(line, "task", "task", r.task)
+                continue
+            wanted = [{"id": i.id, "text": i.text, "weight": i.weight} for i in r.items]
+            rubric = current.get((task_pk, r.author, r.origin))
+            if rubric is None:
+                rubric = Rubric.objects.create(
+                    task_id=task_pk, author_kind=r.author, origin=r.origin
+                )
+            elif rubric_items_snapshot(rubric) == wanted:
+                continue
+            else:
+                rubric.version += 1
+                rubric.save(update_fields=["version", "updated_at"])
+            rubric_items_replace(rubric=rubric, items=wanted, editor="import")
+
+    def criterion_grades(self, batch: list[tuple[int, CriterionGradeRecord]]) -> None:
+        responses = self.responses_by_id({r.response for _, r in batch})
+        task_pks = {task for _, task in responses.values()}
+        items = {
+            (task, kind, origin, key): pk
+            for pk, task, kind, origin, key in RubricItem.objects.filter(
+                rubric__task_id__in=task_pks
+            ).values_list("pk", "rubric__task_id", "rubric__author_kind", "rubric__origin", "key")
+        }
+        annotators = self.annotators_by_name({r.annotator for _, r in batch})
+        rows = []
+        for line, r in batch:
+            if r.response not in responses:
+                self.missing(line, "response", "response", r.response)
+                continue
+            response_pk, task_pk = responses[r.response]
+            item_pk = items.get((task_pk, r.rubric, r.origin, r.item))
+            if item_pk is None:
+                self.errors.add(
+                    line, "item", f"item {r.item!r} is not in the task's {r.rubric} rubric"
+                )
+                continue
+            rows.append(
+                CriterionGrade(
+                    response_id=response_pk,
+                    item_id=item_pk,
+                    passed=r.passed,
+                    annotator_id=annotators[r.annotator],
+                    note=r.note,
+                )
+            )
+        CriterionGrade.objects.bulk_create(
+            rows,
+            update_conflicts=True,
+            unique_fields=["response", "item", "annotator"],
+            update_fields=["passed", "note"],
+        )
+
+    def scores(self, batch: list[tuple[int, ScoreRecord]]) -> None:
+        responses = self.responses_by_id({r.response for _, r in batch})
+        rows = []
+        for line, r in batch:
+            if r.response not in responses:
+                self.missing(line, "response", "response", r.response)
+                continue
+            rows.append(
+                Score(response_id=responses[r.response][0], provider=r.provider, value=r.value)
+            )
+        Score.objects.bulk_create(
+            rows,
+            update_conflicts=True,
+            unique_fields=["response", "provider"],
+            update_fields=["value"],
+        )
+
+    def dimension_pk(self, dimensions: dict[str, int], line: int, name: str | None) -> int | None:
+        """The dimension's pk, 0 for no dimension, None (after recording an error) if unknown."""
+        if name is None:
+            return 0
+        if name not in dimensions:
+            self.missing(line, "dimension", "dimension", name)
+            return None
+        return dimensions[name]
+
+    def judge_scores(self, batch: list[tuple[int, JudgeScoreRecord]]) -> None:
+        responses = self.responses_by_id({r.response for _, r in batch})
+        dimensions = self.dimensions_by_name()
+        existing = {
+            (row.judge, row.response_id, row.dimension_id or 0, row.run): row
+            for row in JudgeScore.objects.filter(
+                response_id__in=[pk for pk, _ in responses.values()]
+            )
+        }
+        created, changed = [], []
+        for line, r in batch:
+            dimension = self.dimension_pk(dimensions, line, r.dimension)
+            if r.response not in responses:
+                self.missing(line, "response", "response", r.response)
+                continue
+            if dimension is None:
+                continue
+            response_pk = responses[r.response][0]
+            row = existing.get((r.judge, response_pk, dimension, r.run))
+            if row is None:
+                created.append(
+                    JudgeScore(
+                        judge=r.judge,
+                        response_id=response_pk,
+                        dimension_id=dimension or None,
+                        run=r.run,
+                        score=r.score,
+                    )
+                )
+            elif row.score != r.score:
+                row.score = r.score
+                changed.append(row)
+        JudgeScore.objects.bulk_update(changed, ["score"])
+        JudgeScore.objects.bulk_create(created)
+
+    def preferences(self, batch: list[tuple[int, PreferenceRecord]]) -> None:
+        responses = self.responses_by_id({x for _, r in batch for x in (r.a, r.b)})
+        dimensions = self.dimensions_by_name()
+        annotators = self.annotators_by_name({r.annotator_name for _, r in batch})
+        pks = [pk for pk, _ in responses.values()]
+        current = {
+            preference_key(p): p
+            for p in Preference.objects.filter(
+                Q(response_a_id__in=pks) | Q(response_b_id__in=pks), is_current=True
+            )
+        }
+        retired, created = [], []
+        for line, r in batch:
+            dimension = self.dimension_pk(dimensions, line, r.dimension)
+            sides = [responses.get(r.a), responses.get(r.b)]
+            for side, name, found in (("a", r.a, sides[0]), ("b", r.b, sides[1])):
+                if found is None:
+                    self.missing(line, side, "response", name)
+            if sides[0] is None or sides[1] is None or dimension is None:
+                continue
+            (a_pk, a_task), (b_pk, b_task) = sides
+            if a_task != b_task:
+                self.errors.add(line, "b", "responses a and b belong to different tasks")
+                continue
+            new = Preference(
+                task_id=a_task,
+                response_a_id=a_pk,
+                response_b_id=b_pk,
+                choice=r.choice,
+                confidence=r.confidence,
+                dimension_id=dimension or None,
+                provider=r.provider,
+                annotator_id=annotators[r.annotator_name],
+                slot_order=r.slot_order,
+                seconds_spent=r.seconds_spent,
+            )
+            old = current.get(preference_key(new))
+            if old is not None:
+                if preference_same(old, new):
+                    continue
+                retired.append(old.pk)
+            created.append(new)
+        # Retire before inserting: the one-current constraint would refuse the new rows.
+        Preference.objects.filter(pk__in=retired).update(is_current=False)
+        Preference.objects.bulk_create(created)
+
+
+def preference_key(p: Preference) -> tuple[int, int, int, int]:
+    low, high = sorted((p.response_a_id, p.response_b_id))
+    return (low, high, p.dimension_id or 0, p.annotator_id)
+
+
+def preference_winner(p: Preference) -> int | None:
+    return {"a": p.response_a_id, "b": p.response_b_id}.get(p.choice)
+
+
+def preference_same(old: Preference, new: Preference) -> bool:
+    """Same label whichever side each response was written on."""
+    return (
+        preference_winner(old),
+        old.confidence,
+        old.provider,
+        old.slot_order,
+        old.seconds_spent,
+    ) == (
+        preference_winner(new),
+        new.confidence,
+        new.provider,
+        new.slot_order,
+        new.seconds_spent,
+    )
+
+
+def rubric_items_snapshot(rubric: Rubric) -> list[dict[str, Any]]:
+    """The rubric's items in order, in the shape of the import format."""
+    return [{"id": i.key, "text": i.text, "weight": i.weight} for i in rubric.items.all()]
+
+
+def rubric_items_replace(*, rubric: Rubric, items: list[dict[str, Any]], editor: str) -> None:
+    """Make the rubric's items exactly `items` (keeping grades of items whose id stays) and
+    record the result as revision `rubric.version`."""
+    kept = RubricItem.objects.bulk_create(
+        [
+            RubricItem(
+                rubric=rubric, key=item["id"], text=item["text"], weight=item["weight"], position=n
+            )
+            for n, item in enumerate(items)
+        ],
+        update_conflicts=True,
+        unique_fields=["rubric", "key"],
+        update_fields=["text", "weight", "position"],
+    )
+    rubric.items.exclude(pk__in=[i.pk for i in kept]).delete()
+    RubricRevision.objects.create(rubric=rubric, version=rubric.version, items=items, editor=editor)
+
+
+WRITE_ORDER = (
+    ("dimension", "dimensions"),
+    ("task", "tasks"),
+    ("response", "responses"),
+    ("rubric", "rubrics"),
+    ("criterion_grade", "criterion_grades"),
+    ("score", "scores"),
+    ("judge_score", "judge_scores"),
+    ("preference", "preferences"),
+)
+
+
+class _Rollback(Exception):
+    pass
+
+
+class ImportStopped(Exception):
+    """`should_stop` answered yes while writing; the transaction was rolled back."""
+
+
+def jsonl_import(
+    *,
+    project: Project,
+    path: Path,
+    progress: Progress | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> ImportReport:
+    """Import a JSONL file into `project`, all or nothing.
+
+    Raises ImportRejected listing every bad line (up to MAX_REPORTED_ERRORS) with nothing
+    written. `progress(stage, done, total)` is called during the scan and before the write
+    transaction opens (never inside it); it may raise to cancel. `should_stop()` is asked between
+    write batches; yes rolls everything back and raises ImportStopped.
+    """
+    report_progress: Progress = progress or (lambda stage, done, total: None)
+    errors = _Errors()
+    report = ImportReport()
+    with tempfile.TemporaryDirectory(prefix="import-") as folder:
+        spool = _Spool(folder)
+        try:
+            _scan(path, spool, errors, report, report_progress)
+            if errors.total >= MAX_REPORTED_ERRORS:
+                raise ImportRejected(errors.items, errors.total)
+            writer = _Writer(project, errors)
+            report_progress("Writing records", 0, sum(report.counts.values()))
+            try:
+                with transaction.atomic():
+                    for kind, method in WRITE_ORDER:
+                        for batch in batched(spool.read(kind), BATCH):
+                            getattr(writer, method)(list(batch))
+                            if should_stop is not None and should_stop():
+                                raise ImportStopped
+                    if errors.total:
+                        raise _Rollback
+            except _Rollback:
+                pass
+        finally:
+            spool.close()
+    if errors.total:
+        errors.items.sort(key=lambda e: e.line)
+        raise ImportRejected(errors.items, errors.total)
+    return report

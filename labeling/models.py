@@ -1,0 +1,405 @@
+"""Schema of the labeling side: projects, tasks, responses and every kind of expert data.
+
+Database constraints, not forms, keep ids unique per project and values in range, because data
+arrives through three doors (command, page, API) and the worker.
+"""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Coalesce, Greatest, Least
+
+
+class Role(models.TextChoices):
+    ADMIN = "admin", "Admin"
+    EXPERT = "expert", "Expert"
+    REVIEWER = "reviewer", "Reviewer"
+
+
+class Split(models.TextChoices):
+    UNASSIGNED = "unassigned", "Unassigned"
+    META = "meta", "Meta"
+    SELECTION = "selection", "Selection"
+    TRAIN = "train", "Train"
+    EVAL = "eval", "Eval"
+
+
+class Project(models.Model):
+    slug = models.SlugField(max_length=80, unique=True)
+    name = models.CharField(max_length=200)
+    guidelines = models.TextField(blank=True)
+    allow_ties = models.BooleanField(default=True)
+    overlap = models.PositiveSmallIntegerField(
+        default=1, help_text="How many annotators label each pair."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.CheckConstraint(condition=Q(overlap__gte=1), name="overlap_gte_1")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "project"], name="membership_unique"),
+            models.CheckConstraint(condition=Q(role__in=Role.values), name="membership_role"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} as {self.role} in {self.project}"
+
+
+class Annotator(models.Model):
+    """Whoever gave a label: a user of the app, or an external name that came with an import."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="annotators")
+    name = models.CharField(max_length=200)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "name"], name="annotator_unique_name"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Dimension(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="dimensions")
+    name = models.CharField(max_length=100)
+    description = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "name"], name="dimension_unique_name"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Task(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="tasks")
+    external_id = models.CharField(max_length=200)
+    domain = models.CharField(max_length=100, blank=True, default="")
+    prompt = models.TextField()
+    instructions = models.TextField(blank=True, default="")
+    metadata = models.JSONField(default=dict, blank=True)
+    split = models.CharField(max_length=16, choices=Split.choices, default=Split.UNASSIGNED)
+
+    class Meta:
+        ordering = ["external_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "external_id"], name="task_unique_id"),
+            models.CheckConstraint(condition=Q(split__in=Split.values), name="task_split"),
+        ]
+        indexes = [models.Index(fields=["project", "split", "domain"])]
+
+    def __str__(self) -> str:
+        return self.external_id
+
+
+class Document(models.Model):
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="documents")
+    external_id = models.CharField(max_length=200)
+    title = models.CharField(max_length=500, blank=True, default="")
+    text = models.TextField()
+    position = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["position"]
+        constraints = [
+            models.UniqueConstraint(fields=["task", "external_id"], name="document_unique_id"),
+        ]
+
+    def __str__(self) -> str:
+        return self.title or self.external_id
+
+
+class Response(models.Model):
+    """One response or agent trajectory. `project` is repeated from the task so that the
+    database itself can keep response ids unique within a project."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="responses")
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="responses")
+    external_id = models.CharField(max_length=200)
+    content = models.TextField(blank=True, default="")
+    messages = models.JSONField(null=True, blank=True)
+    source_model = models.CharField(max_length=200, blank=True, default="")
+    metadata = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["external_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "external_id"], name="response_unique_id"),
+        ]
+
+    def __str__(self) -> str:
+        return self.external_id
+
+    @property
+    def is_trajectory(self) -> bool:
+        return self.messages is not None
+
+
+class AuthorKind(models.TextChoices):
+    EXPERT = "expert", "Expert"
+    GENERATED = "generated", "Generated"
+    REVIEWED = "reviewed", "Reviewed"
+
+
+class Rubric(models.Model):
+    """A task's rubric. `origin` tells generated rubrics apart (the program that wrote them);
+    it is empty for expert rubrics, so a task has at most one rubric per author kind and origin."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="rubrics")
+    author_kind = models.CharField(max_length=16, choices=AuthorKind.choices)
+    origin = models.CharField(max_length=200, blank=True, default="")
+    version = models.PositiveIntegerField(default=1)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["task", "author_kind", "origin"], name="rubric_unique_author"
+            ),
+            models.CheckConstraint(
+                condition=Q(author_kind__in=AuthorKind.values), name="rubric_author_kind"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.author_kind} rubric of {self.task}"
+
+
+class RubricItem(models.Model):
+    rubric = models.ForeignKey(Rubric, on_delete=models.CASCADE, related_name="items")
+    key = models.CharField(max_length=100)
+    text = models.TextField()
+    weight = models.FloatField(default=1.0)
+    position = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["position"]
+        constraints = [
+            models.UniqueConstraint(fields=["rubric", "key"], name="rubric_item_unique_key"),
+            models.CheckConstraint(condition=Q(weight__gt=0), name="rubric_item_weight_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.text[:60]}"
+
+
+class RubricRevision(models.Model):
+    """A snapshot of a rubric's items after each change, so any version can be read or restored."""
+
+    rubric = models.ForeignKey(Rubric, on_delete=models.CASCADE, related_name="revisions")
+    version = models.PositiveIntegerField()
+    items = models.JSONField()
+    editor = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["version"]
+        constraints = [
+            models.UniqueConstraint(fields=["rubric", "version"], name="rubric_revision_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.rubric} v{self.version}"
+
+
+class CriterionGrade(models.Model):
+    response = models.ForeignKey(
+        Response, on_delete=models.CASCADE, related_name="criterion_grades"
+    )
+    item = models.ForeignKey(RubricItem, on_delete=models.CASCADE, related_name="grades")
+    passed = models.BooleanField()
+    annotator = models.ForeignKey(Annotator, on_delete=models.CASCADE)
+    note = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["response", "item", "annotator"], name="criterion_grade_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.response} {self.item.key}: {'pass' if self.passed else 'fail'}"
+
+
+class ScoreProvider(models.TextChoices):
+    TRUE_GRADER = "true_grader", "True grader"
+    EXPERT = "expert", "Expert"
+    JUDGE = "judge", "Judge"
+
+
+class Score(models.Model):
+    response = models.ForeignKey(Response, on_delete=models.CASCADE, related_name="scores")
+    provider = models.CharField(max_length=16, choices=ScoreProvider.choices)
+    value = models.FloatField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["response", "provider"], name="score_unique"),
+            models.CheckConstraint(
+                condition=Q(value__gte=0) & Q(value__lte=1), name="score_value_in_unit_range"
+            ),
+            models.CheckConstraint(
+                condition=Q(provider__in=ScoreProvider.values), name="score_provider"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.response} {self.provider}={self.value}"
+
+
+class Provider(models.TextChoices):
+    HUMAN = "human", "Human"
+    SYNTHETIC = "synthetic", "Synthetic"
+    JUDGE = "judge", "Judge"
+
+
+class Choice(models.TextChoices):
+    A = "a", "A"
+    B = "b", "B"
+    TIE = "tie", "Tie"
+
+
+class Preference(models.Model):
+    """A pairwise label. Edits add a row and retire the old one, so history is kept while the
+    database guarantees one current label per pair (either order), dimension and annotator."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="preferences")
+    response_a = models.ForeignKey(Response, on_delete=models.CASCADE, related_name="+")
+    response_b = models.ForeignKey(Response, on_delete=models.CASCADE, related_name="+")
+    choice = models.CharField(max_length=3, choices=Choice.choices)
+    confidence = models.PositiveSmallIntegerField(null=True, blank=True)
+    dimension = models.ForeignKey(Dimension, null=True, blank=True, on_delete=models.CASCADE)
+    provider = models.CharField(max_length=16, choices=Provider.choices)
+    annotator = models.ForeignKey(Annotator, on_delete=models.CASCADE, related_name="preferences")
+    slot_order = models.CharField(
+        max_length=2, blank=True, default="", help_text="'ab' or 'ba': which side was shown left."
+    )
+    seconds_spent = models.FloatField(null=True, blank=True)
+    is_current = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                Least("response_a", "response_b"),
+                Greatest("response_a", "response_b"),
+                Coalesce("dimension", 0),
+                "annotator",
+                condition=Q(is_current=True),
+                name="preference_one_current",
+            ),
+            models.CheckConstraint(
+                condition=~Q(response_a=models.F("response_b")), name="preference_distinct_sides"
+            ),
+            models.CheckConstraint(condition=Q(choice__in=Choice.values), name="preference_choice"),
+            models.CheckConstraint(
+                condition=Q(confidence__isnull=True) | Q(confidence__gte=0, confidence__lte=2),
+                name="preference_confidence_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(provider__in=Provider.values), name="preference_provider"
+            ),
+            models.CheckConstraint(
+                condition=Q(slot_order__in=["", "ab", "ba"]), name="preference_slot_order"
+            ),
+            models.CheckConstraint(
+                condition=Q(seconds_spent__isnull=True) | Q(seconds_spent__gte=0),
+                name="preference_seconds_non_negative",
+            ),
+        ]
+        indexes = [models.Index(fields=["task", "is_current"])]
+
+    def __str__(self) -> str:
+        return f"{self.response_a} vs {self.response_b}: {self.choice}"
+
+
+class JudgeScore(models.Model):
+    """An external evaluator's pointwise score of one response in one run; null when it failed."""
+
+    judge = models.CharField(max_length=200)
+    response = models.ForeignKey(Response, on_delete=models.CASCADE, related_name="judge_scores")
+    dimension = models.ForeignKey(Dimension, null=True, blank=True, on_delete=models.CASCADE)
+    run = models.PositiveIntegerField(default=0)
+    score = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                "judge", "response", Coalesce("dimension", 0), "run", name="judge_score_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.judge} on {self.response} run {self.run}: {self.score}"
+
+
+class JobStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class Job(models.Model):
+    """Any background job. Workers report progress here and the job page polls it."""
+
+    ACTIVE = (JobStatus.QUEUED, JobStatus.RUNNING)
+
+    project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.CASCADE)
+    kind = models.CharField(max_length=50)
+    status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.QUEUED)
+    params = models.JSONField(default=dict, blank=True)
+    stage = models.CharField(max_length=100, blank=True, default="")
+    result = models.JSONField(default=dict, blank=True)
+    done = models.PositiveIntegerField(default=0)
+    total = models.PositiveIntegerField(null=True, blank=True)
+    cost = models.DecimalField(max_digits=12, decimal_places=6, default=0)
+    error = models.TextField(blank=True, default="")
+    cancel_requested = models.BooleanField(default=False)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(condition=Q(status__in=JobStatus.values), name="job_status"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} #{self.pk} ({self.status})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in self.ACTIVE
+
+    @property
+    def percent(self) -> int | None:
+        if not self.total:
+            return None
+        return min(100, round(100 * self.done / self.total))

@@ -1,0 +1,311 @@
+"""The JSONL import records of FORMATS.md as strict schemas.
+
+Every limit here is documented in the README; a value over a limit is an error that names the
+field, never a silent truncation. Unknown extra fields are ignored so that files written for a
+newer version (new optional fields) still import.
+"""
+
+import hashlib
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
+
+MAX_LINE_BYTES = 16 * 1024 * 1024
+MAX_ID = 200
+MAX_PROMPT = 200_000
+MAX_DOCUMENT_TEXT = 2_000_000
+MAX_DOCUMENTS = 100
+MAX_RESPONSE_TEXT = 1_000_000
+MAX_MESSAGES = 2_000
+MAX_RUBRIC_ITEMS = 200
+MAX_CRITERION_TEXT = 5_000
+
+Id = Annotated[str, Field(min_length=1, max_length=MAX_ID)]
+Name = Annotated[str, Field(min_length=1, max_length=200)]
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+SplitName = Literal["unassigned", "meta", "selection", "train", "eval"]
+AuthorKindName = Literal["expert", "generated", "reviewed"]
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+    def key(self) -> tuple[Any, ...]:
+        """Identity within a project: two records with the same key describe the same thing."""
+        raise NotImplementedError
+
+    def fingerprint(self) -> bytes:
+        """Digest of the content, to tell a harmless repeat from a conflicting duplicate."""
+        return hashlib.blake2b(self.model_dump_json().encode(), digest_size=16).digest()
+
+
+class DimensionRecord(Record):
+    type: Literal["dimension"]
+    name: Annotated[str, Field(min_length=1, max_length=100)]
+    description: Annotated[str, Field(max_length=10_000)] = ""
+
+    def key(self) -> tuple[Any, ...]:
+        return ("dimension", self.name)
+
+
+class DocumentIn(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+    id: Id
+    title: Annotated[str, Field(max_length=500)] = ""
+    text: Annotated[str, Field(max_length=MAX_DOCUMENT_TEXT)]
+
+
+class TaskRecord(Record):
+    type: Literal["task"]
+    id: Id
+    domain: Annotated[str, Field(max_length=100)] = ""
+    prompt: Annotated[str, Field(min_length=1, max_length=MAX_PROMPT)]
+    instructions: Annotated[str, Field(max_length=MAX_PROMPT)] = ""
+    documents: Annotated[list[DocumentIn], Field(max_length=MAX_DOCUMENTS)] = []
+    split: SplitName | None = None
+    metadata: dict[str, Any] = {}
+
+    @model_validator(mode="after")
+    def documents_unique(self) -> "TaskRecord":
+        ids = [document.id for document in self.documents]
+        if len(ids) != len(set(ids)):
+            raise ValueError("documents: document ids must be unique within a task")
+        return self
+
+    def key(self) -> tuple[Any, ...]:
+        return ("task", self.id)
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+    id: Annotated[str, Field(max_length=MAX_ID)] | None = None
+    name: Name
+    arguments: dict[str, Any] | str = {}
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+    role: Literal["system", "user", "assistant", "tool"]
+    content: Annotated[str, Field(max_length=MAX_RESPONSE_TEXT)] | None = ""
+    name: Annotated[str, Field(max_length=200)] | None = None
+    tool_calls: Annotated[list[ToolCall], Field(max_length=100)] | None = None
+    tool_call_id: Annotated[str, Field(max_length=MAX_ID)] | None = None
+
+
+class ResponseRecord(Record):
+    type: Literal["response"]
+    id: Id
+    task: Id
+    content: Annotated[str, Field(max_length=MAX_RESPONSE_TEXT)] | None = None
+    messages: Annotated[list[Message], Field(min_length=1, max_length=MAX_MESSAGES)] | None = None
+    source: Annotated[str, Field(max_length=200)] = ""
+    metadata: dict[str, Any] = {}
+
+    @model_validator(mode="after")
+    def content_or_messages(self) -> "ResponseRecord":
+        if (self.content is None) == (self.messages is None):
+            raise ValueError("content: give exactly one of 'content' (text) or 'messages'")
+        return self
+
+    def key(self) -> tuple[Any, ...]:
+        return ("response", self.id)
+
+
+class RubricItemIn(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+    id: Annotated[str, Field(min_length=1, max_length=100)]
+    text: Annotated[str, Field(min_length=1, max_length=MAX_CRITERION_TEXT)]
+    weight: Annotated[float, Field(gt=0, le=1000, allow_inf_nan=False)] = 1.0
+
+
+class RubricRecord(Record):
+    type: Literal["rubric"]
+    task: Id
+    author: AuthorKindName = "expert"
+    origin: Annotated[str, Field(max_length=200)] = ""
+    items: Annotated[list[RubricItemIn], Field(min_length=1, max_length=MAX_RUBRIC_ITEMS)]
+
+    @model_validator(mode="after")
+    def items_unique(self) -> "RubricRecord":
+        ids = [item.id for item in self.items]
+        if len(ids) != len(set(ids)):
+            raise ValueError("items: item ids must be unique within a rubric")
+        return self
+
+    def key(self) -> tuple[Any, ...]:
+        return ("rubric", self.task, self.author, self.origin)
+
+
+class CriterionGradeRecord(Record):
+    type: Literal["criterion_grade"]
+    response: Id
+    item: Annotated[str, Field(min_length=1, max_length=100)]
+    passed: StrictBool
+    annotator: Name = "imported"
+    rubric: AuthorKindName = "expert"
+    origin: Annotated[str, Field(max_length=200)] = ""
+    note: Annotated[str, Field(max_length=10_000)] = ""
+
+    def key(self) -> tuple[Any, ...]:
+        return (
+            "criterion_grade",
+            self.response,
+            self.rubric,
+            self.origin,
+            self.item,
+            self.annotator,
+        )
+
+
+class ScoreRecord(Record):
+    type: Literal["score"]
+    response: Id
+    value: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+    provider: Literal["true_grader", "expert", "judge"] = "true_grader"
+
+    def key(self) -> tuple[Any, ...]:
+        return ("score", self.response, self.provider)
+
+
+class PreferenceRecord(Record):
+    type: Literal["preference"]
+    a: Id
+    b: Id
+    choice: Literal["a", "b", "tie"]
+    confidence: Literal[0, 1, 2] | None = None
+    dimension: Annotated[str, Field(min_length=1, max_length=100)] | None = None
+    provider: Literal["human", "synthetic", "judge"] = "human"
+    annotator: Name | None = None
+    slot_order: Literal["ab", "ba", ""] = ""
+    seconds_spent: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+
+    @model_validator(mode="after")
+    def sides_and_annotator(self) -> "PreferenceRecord":
+        if self.a == self.b:
+            raise ValueError("b: a response cannot be compared with itself")
+        if self.provider == "human" and self.annotator is None:
+            raise ValueError("annotator: a human preference needs an annotator")
+        return self
+
+    @property
+    def annotator_name(self) -> str:
+        return self.annotator if self.annotator is not None else self.provider
+
+    @property
+    def winner(self) -> str | None:
+        """The winning response id, independent of which side it was written on."""
+        return {"a": self.a, "b": self.b}.get(self.choice)
+
+    def key(self) -> tuple[Any, ...]:
+        low, high = sorted((self.a, self.b))
+        return ("preference", low, high, self.dimension, self.annotator_name)
+
+    def fingerprint(self) -> bytes:
+        # The same label written as (a, b, "a") or (b, a, "b") is the same label.
+        low, high = sorted((self.a, self.b))
+        canonical = (low, high, self.winner, self.confidence, self.provider, self.dimension)
+        return hashlib.blake2b(repr(canonical).encode(), digest_size=16).digest()
+
+
+class JudgeScoreRecord(Record):
+    type: Literal["judge_score"]
+    judge: Name
+    response: Id
+    dimension: Annotated[str, Field(min_length=1, max_length=100)] | None = None
+    run: Annotated[int, Field(ge=0, le=1_000_000)] = 0
+    score: Finite | None
+
+    def key(self) -> tuple[Any, ...]:
+        return ("judge_score", self.judge, self.response, self.dimension, self.run)
+
+
+AnyRecord = Annotated[
+    DimensionRecord
+    | TaskRecord
+    | ResponseRecord
+    | RubricRecord
+    | CriterionGradeRecord
+    | ScoreRecord
+    | PreferenceRecord
+    | JudgeScoreRecord,
+    Field(discriminator="type"),
+]
+RECORD_TYPES = (
+    "dimension",
+    "task",
+    "response",
+    "rubric",
+    "criterion_grade",
+    "score",
+    "preference",
+    "judge_score",
+)
+_adapter: TypeAdapter[AnyRecord] = TypeAdapter(AnyRecord)
+
+
+class RecordInvalid(Exception):
+    """A line that is not a valid record; `problems` pairs a field name with a message."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        super().__init__("; ".join(f"{field}: {message}" for field, message in problems))
+        self.problems = problems
+
+
+def _field_name(location: tuple[int | str, ...], record_type: str | None) -> str:
+    parts = [str(part) for part in location]
+    if parts and record_type and parts[0] == record_type:
+        parts = parts[1:]  # pydantic prefixes the union tag; users never wrote it
+    return ".".join(parts) or "(record)"
+
+
+def _message(error: Any) -> str:
+    kind = error["type"]
+    if kind == "json_invalid":
+        return f"malformed JSON ({error['ctx'].get('error', 'invalid')})"
+    if kind == "union_tag_invalid":
+        return f"unknown type {error['ctx']['tag']!r}; expected one of {', '.join(RECORD_TYPES)}"
+    if kind == "union_tag_not_found":
+        return "missing 'type'"
+    if kind == "model_type":
+        return "must be a JSON object"
+    message: str = error["msg"]
+    return message.removeprefix("Value error, ")
+
+
+def record_parse(line: bytes) -> AnyRecord:
+    """Parse one JSONL line into a record, or raise RecordInvalid naming each bad field."""
+    if len(line) > MAX_LINE_BYTES:
+        raise RecordInvalid([("(line)", f"longer than {MAX_LINE_BYTES} bytes")])
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RecordInvalid(
+            [("(line)", f"not UTF-8: invalid byte at offset {exc.start}")]
+        ) from None
+    try:
+        return _adapter.validate_json(text)
+    except ValidationError as exc:
+        record_type = None
+        errors = exc.errors(include_url=False)
+        if errors and errors[0]["loc"]:
+            record_type = str(errors[0]["loc"][0])
+        problems = []
+        for error in errors:
+            field = _field_name(error["loc"], record_type)
+            message = _message(error)
+            # A validator's message starts with the field it is about ("b: ...").
+            head, sep, rest = message.partition(": ")
+            if field == "(record)" and sep and " " not in head:
+                field, message = head, rest
+            if error["type"] in {"union_tag_invalid", "union_tag_not_found"}:
+                field = "type"
+            problems.append((field, message))
+        raise RecordInvalid(problems) from None

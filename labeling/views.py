@@ -1,0 +1,192 @@
+"""Pages. Each view parses, calls one service or selector, and renders; htmx requests get the
+named partial of the same template."""
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from labeling.access import Perm, job_access, project_access
+from labeling.exports import labels_records, pairs_records
+from labeling.forms import ImportForm, SplitForm, TaskFilterForm
+from labeling.import_jobs import UploadTooLarge, import_upload, rejection_payload
+from labeling.imports import ImportRejected
+from labeling.jobs import job_cancel
+from labeling.jsonl import jsonl_lines
+from labeling.models import Job, Task
+from labeling.selectors import (
+    memberships_for_user,
+    project_domains,
+    project_overview,
+    split_table,
+    task_detail,
+    tasks_browse,
+)
+from labeling.splits import SplitFractionsInvalid, splits_assign
+
+TASKS_PER_PAGE = 25
+
+
+@require_GET
+@login_required
+def project_list(request: HttpRequest) -> HttpResponse:
+    return render(
+        request,
+        "labeling/project_list.html",
+        {"memberships": memberships_for_user(user=request.user)},
+    )
+
+
+@require_GET
+@login_required
+def project_overview_page(request: HttpRequest, slug: str) -> HttpResponse:
+    access = project_access(user=request.user, slug=slug)
+    context = {
+        "access": access,
+        "project": access.project,
+        "overview": project_overview(project=access.project),
+    }
+    return render(request, "labeling/project_overview.html", context)
+
+
+@require_GET
+@login_required
+def task_list(request: HttpRequest, slug: str) -> HttpResponse:
+    access = project_access(user=request.user, slug=slug)
+    form = TaskFilterForm(request.GET, domains=project_domains(project=access.project))
+    filters: dict[str, str] = form.cleaned_data if form.is_valid() else {}
+    tasks = tasks_browse(
+        project=access.project,
+        query=filters.get("q", ""),
+        domain=filters.get("domain", ""),
+        split=filters.get("split", ""),
+    )
+    page = Paginator(tasks, TASKS_PER_PAGE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    template = "labeling/task_list.html"
+    if request.htmx:
+        template += "#task-table"
+    context = {
+        "access": access,
+        "project": access.project,
+        "form": form,
+        "page": page,
+        "query": query.urlencode(),
+    }
+    return render(request, template, context)
+
+
+@require_GET
+@login_required
+def task_page(request: HttpRequest, slug: str, task_id: str) -> HttpResponse:
+    access = project_access(user=request.user, slug=slug)
+    try:
+        detail = task_detail(
+            project=access.project, external_id=task_id, with_sources=access.can(Perm.SEE_SOURCES)
+        )
+    except Task.DoesNotExist:
+        raise Http404 from None
+    return render(
+        request,
+        "labeling/task_detail.html",
+        {"access": access, "project": access.project, **detail},
+    )
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def import_page(request: HttpRequest, slug: str) -> HttpResponse:
+    access = project_access(user=request.user, slug=slug, perm=Perm.IMPORT)
+    form = ImportForm(request.POST or None, request.FILES or None)
+    context: dict[str, Any] = {"access": access, "project": access.project, "form": form}
+    if request.method == "POST" and form.is_valid():
+        upload = form.cleaned_data["file"]
+        try:
+            outcome = import_upload(
+                project=access.project, user=request.user, upload=upload, size=upload.size
+            )
+        except ImportRejected as exc:
+            context["rejection"] = rejection_payload(exc)
+            return render(request, "labeling/import.html", context, status=400)
+        except UploadTooLarge as exc:
+            form.add_error("file", str(exc))
+            return render(request, "labeling/import.html", context, status=400)
+        if isinstance(outcome, Job):
+            return redirect("job-detail", job_id=outcome.pk)
+        messages.success(
+            request,
+            f"Imported {outcome.lines} lines: "
+            + ", ".join(f"{n} {kind}" for kind, n in outcome.counts.items() if n),
+        )
+        return redirect("project-overview", slug=slug)
+    return render(request, "labeling/import.html", context, status=400 if form.errors else 200)
+
+
+@require_GET
+@login_required
+def export_download(request: HttpRequest, slug: str) -> StreamingHttpResponse:
+    access = project_access(user=request.user, slug=slug, perm=Perm.EXPORT)
+    kind = request.GET.get("kind", "labels")
+    if kind not in {"labels", "pairs"}:
+        raise Http404("Unknown export kind.")
+    records = labels_records if kind == "labels" else pairs_records
+    response = StreamingHttpResponse(
+        jsonl_lines(records(project=access.project)), content_type="application/x-ndjson"
+    )
+    response["Content-Disposition"] = f'attachment; filename="{slug}-{kind}.jsonl"'
+    return response
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def splits_page(request: HttpRequest, slug: str) -> HttpResponse:
+    access = project_access(user=request.user, slug=slug)
+    domains = project_domains(project=access.project)
+    form = SplitForm(request.POST or None, domains=domains)
+    status = 200
+    if request.method == "POST":
+        project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
+        if form.is_valid():
+            try:
+                splits_assign(
+                    project=access.project,
+                    fractions=form.fractions(),
+                    seed=form.cleaned_data["seed"],
+                    holdout_domains=tuple(form.cleaned_data["holdout"]),
+                )
+            except SplitFractionsInvalid as exc:
+                form.add_error(None, str(exc))
+            else:
+                messages.success(request, "Splits assigned.")
+                return redirect("splits", slug=slug)
+        status = 400
+    context = {
+        "access": access,
+        "project": access.project,
+        "form": form,
+        "table": split_table(project=access.project),
+    }
+    return render(request, "labeling/splits.html", context, status=status)
+
+
+@require_GET
+@login_required
+def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = job_access(user=request.user, job_id=job_id)
+    template = "labeling/job_detail.html"
+    if request.htmx:
+        template += "#job-status"
+    return render(request, template, {"job": job, "project": job.project})
+
+
+@require_POST
+@login_required
+def job_cancel_view(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = job_access(user=request.user, job_id=job_id, cancel=True)
+    job_cancel(job=job)
+    return redirect("job-detail", job_id=job.pk)

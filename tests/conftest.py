@@ -1,0 +1,118 @@
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connection
+
+from labeling.models import Membership, Project, Role
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+REQUIRE_SERVICES = os.environ.get("WORKBENCH_REQUIRE_SERVICES") == "1"
+
+
+@pytest.fixture
+def project(db: Any) -> Project:
+    return Project.objects.create(slug="acme", name="Acme")
+
+
+def member(project: Project, username: str, role: str) -> User:
+    user = User.objects.create_user(username=username, password="pw-for-tests-1")
+    Membership.objects.create(user=user, project=project, role=role)
+    return user
+
+
+@pytest.fixture
+def admin_user(project: Project) -> User:
+    return member(project, "ada", Role.ADMIN)
+
+
+@pytest.fixture
+def expert_user(project: Project) -> User:
+    return member(project, "eve", Role.EXPERT)
+
+
+@pytest.fixture
+def reviewer_user(project: Project) -> User:
+    return member(project, "rob", Role.REVIEWER)
+
+
+@pytest.fixture
+def outsider(db: Any) -> User:
+    other = Project.objects.create(slug="other", name="Other")
+    return member(other, "oscar", Role.ADMIN)
+
+
+def _reachable(url: str) -> bool:
+    parsed = urlparse(url)
+    try:
+        with socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or 6379), 2):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def celery_worker_process(transactional_db: Any) -> Iterator[str]:
+    """A real `celery worker` process on a real broker (Redis by default), reading and writing
+    the test database. Yields the queue name; the test app publishes to it."""
+    from config.celery import app
+
+    broker = os.environ.get("CELERY_TEST_BROKER_URL", "redis://127.0.0.1:6379/15")
+    if not _reachable(broker):
+        message = f"needs a broker at {broker} (set CELERY_TEST_BROKER_URL)"
+        if REQUIRE_SERVICES:
+            pytest.fail(message)
+        pytest.skip(message)
+    settings_dict = connection.settings_dict
+    if connection.vendor == "sqlite" and settings_dict["NAME"].startswith(("file:memorydb", ":memory:")):
+        pytest.skip("a worker process cannot share an in-memory SQLite test database")
+    queue = f"test-{uuid.uuid4().hex[:8]}"
+    env = dict(os.environ, CELERY_BROKER_URL=broker, CELERY_TASK_DEFAULT_QUEUE=queue)
+    if connection.vendor == "postgresql":
+        user = settings_dict["USER"]
+        password = settings_dict["PASSWORD"]
+        auth = f"{user}:{password}@" if password else f"{user}@" if user else ""
+        env["DATABASE_URL"] = (
+            f"postgres://{auth}{settings_dict['HOST'] or '127.0.0.1'}:{settings_dict['PORT'] or 5432}"
+            f"/{settings_dict['NAME']}"
+        )
+    else:
+        env["DATABASE_URL"] = f"sqlite:///{settings_dict['NAME']}"
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", queue, "--pool=solo",
+         "--loglevel=INFO", "--without-heartbeat", "--without-mingle", "--without-gossip"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    previous = (app.conf.broker_url, app.conf.task_default_queue)
+    app.conf.broker_url, app.conf.task_default_queue = broker, queue
+    app.pool.force_close_all()
+    try:
+        yield queue
+    finally:
+        app.conf.broker_url, app.conf.task_default_queue = previous
+        worker.terminate()
+        try:
+            output, _ = worker.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            output, _ = worker.communicate()
+        sys.stdout.write(output[-4000:])
+
+
+def wait_for(predicate: Any, timeout: float = 60.0, interval: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return False

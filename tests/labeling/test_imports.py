@@ -1,0 +1,190 @@
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from labeling import records as limits
+from labeling.imports import ImportRejected, jsonl_import
+from labeling.models import Preference, Project, Response, Rubric, Task
+from tests.labeling.helpers import basic_records, db_state, write_jsonl
+
+
+def rejected(project: Project, path: Path) -> ImportRejected:
+    with pytest.raises(ImportRejected) as info:
+        jsonl_import(project=project, path=path)
+    return info.value
+
+
+def test_valid_file_in_any_order_imports_every_record(project: Project, tmp_path: Path) -> None:
+    report = jsonl_import(project=project, path=write_jsonl(tmp_path / "a.jsonl", basic_records()))
+    assert report.counts == {
+        "dimension": 1, "task": 2, "response": 4, "rubric": 1, "criterion_grade": 1, "score": 2,
+        "preference": 2, "judge_score": 3,
+    }  # fmt: skip
+    trajectory = Response.objects.get(external_id="t1/r2")
+    assert trajectory.messages[1]["tool_calls"][0]["name"] == "get_reservation"
+    assert trajectory.source_model == "m-2"
+    task = Task.objects.get(external_id="t1")
+    assert (task.split, task.metadata, task.documents.get().text) == ("meta", {"k": 1}, "No refunds after 24h.")
+    assert Task.objects.get(external_id="t2").split == "unassigned"
+    label = Preference.objects.get(provider="human")
+    assert (label.choice, label.confidence, label.dimension.name, label.annotator.name) == (
+        "a", 2, "correctness", "alice",
+    )
+    assert list(Rubric.objects.get().items.values_list("key", "weight")) == [("c1", 2.0), ("c2", 1.0)]
+
+
+def test_importing_the_same_file_twice_changes_nothing(project: Project, tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "a.jsonl", basic_records())
+    jsonl_import(project=project, path=path)
+    before = db_state(project)
+    jsonl_import(project=project, path=path)
+    assert db_state(project) == before
+
+
+def test_reimport_updates_in_place_and_keeps_label_history(project: Project, tmp_path: Path) -> None:
+    jsonl_import(project=project, path=write_jsonl(tmp_path / "a.jsonl", basic_records()))
+    changed = [
+        {"type": "task", "id": "t1", "domain": "airline", "prompt": "Cancel EHGLP3 now",
+         "documents": [{"id": "faq", "text": "New doc"}]},
+        # Same pair written the other way round, with the other winner: an edit, not a new pair.
+        {"type": "preference", "a": "t1/r2", "b": "t1/r1", "choice": "a", "confidence": 1,
+         "dimension": "correctness", "annotator": "alice"},
+        {"type": "rubric", "task": "t1", "items": [{"id": "c1", "text": "Refuses.", "weight": 2.0}]},
+    ]  # fmt: skip
+    jsonl_import(project=project, path=write_jsonl(tmp_path / "b.jsonl", changed))
+    task = Task.objects.get(external_id="t1")
+    assert task.prompt == "Cancel EHGLP3 now"
+    assert task.split == "meta"  # no split in the record: the assigned one stays
+    assert list(task.documents.values_list("external_id", flat=True)) == ["faq"]
+    history = Preference.objects.filter(annotator__name="alice").order_by("pk")
+    assert [(p.is_current, p.choice, p.response_a.external_id) for p in history] == [
+        (False, "a", "t1/r1"),
+        (True, "a", "t1/r2"),
+    ]
+    rubric = Rubric.objects.get()
+    assert rubric.version == 2
+    assert [r.items for r in rubric.revisions.all()][-1] == [{"id": "c1", "text": "Refuses.", "weight": 2.0}]
+    assert rubric.items.get().grades.count() == 1  # c1's grade survives, c2 is gone
+
+
+def test_same_label_with_sides_swapped_is_not_a_change(project: Project, tmp_path: Path) -> None:
+    jsonl_import(project=project, path=write_jsonl(tmp_path / "a.jsonl", basic_records()))
+    swapped = [{"type": "preference", "a": "t1/r2", "b": "t1/r1", "choice": "b", "confidence": 2,
+                "dimension": "correctness", "annotator": "alice"}]  # fmt: skip
+    jsonl_import(project=project, path=write_jsonl(tmp_path / "b.jsonl", swapped))
+    assert Preference.objects.filter(annotator__name="alice").count() == 1
+
+
+TASK = {"type": "task", "id": "t9", "prompt": "p"}
+RESPONSE = {"type": "response", "id": "t9/r1", "task": "t9", "content": "x"}
+RESPONSE2 = {"type": "response", "id": "t9/r2", "task": "t9", "content": "y"}
+
+BAD_LINES: list[tuple[str, Any, str, str]] = [
+    ("malformed JSON", '{"type": "task", "id": ', "(record)", "malformed JSON"),
+    ("not an object", "[1, 2]", "(record)", "object"),
+    ("unknown type", {"type": "verdict", "id": "x"}, "type", "unknown type 'verdict'"),
+    ("missing type", {"id": "x"}, "type", "missing 'type'"),
+    ("missing field", {"type": "task", "id": "t3"}, "prompt", "Field required"),
+    ("wrong type", {"type": "task", "id": 7, "prompt": "p"}, "id", "valid string"),
+    ("bool as number", {"type": "score", "response": "t9/r1", "value": True}, "value", "valid number"),
+    ("string as number", {"type": "score", "response": "t9/r1", "value": "0.5"}, "value", "valid number"),
+    ("score out of range", {"type": "score", "response": "t9/r1", "value": 1.5}, "value", "less than or equal to 1"),
+    ("confidence out of range", {"type": "preference", "a": "t9/r1", "b": "t9/r2", "choice": "a",
+                                 "confidence": 3, "annotator": "x"}, "confidence", "0, 1 or 2"),
+    ("bad choice", {"type": "preference", "a": "t9/r1", "b": "t9/r2", "choice": "left",
+                    "annotator": "x"}, "choice", "'a', 'b' or 'tie'"),
+    ("human without annotator", {"type": "preference", "a": "t9/r1", "b": "t9/r2", "choice": "a"},
+     "annotator", "needs an annotator"),
+    ("self comparison", {"type": "preference", "a": "t9/r1", "b": "t9/r1", "choice": "a",
+                         "annotator": "x"}, "b", "itself"),
+    ("content and messages", {"type": "response", "id": "t9/r3", "task": "t9", "content": "x",
+                              "messages": [{"role": "user", "content": "hi"}]}, "content", "exactly one"),
+    ("bad role", {"type": "response", "id": "t9/r3", "task": "t9",
+                  "messages": [{"role": "robot", "content": "hi"}]}, "messages.0.role", "Input should be"),
+    ("negative weight", {"type": "rubric", "task": "t9", "items": [{"id": "c", "text": "t", "weight": -1}]},
+     "items.0.weight", "greater than 0"),
+    ("duplicate rubric item ids", {"type": "rubric", "task": "t9", "items": [{"id": "c", "text": "t"},
+                                   {"id": "c", "text": "u"}]}, "items", "unique"),
+    ("NaN judge score", '{"type": "judge_score", "judge": "j", "response": "t9/r1", "score": NaN}',
+     "score", "finite"),
+    ("dangling task", {"type": "response", "id": "t9/r3", "task": "nope", "content": "x"}, "task",
+     "task 'nope' not found"),
+    ("dangling response", {"type": "score", "response": "nope", "value": 0.5}, "response",
+     "response 'nope' not found"),
+    ("dangling dimension", {"type": "preference", "a": "t9/r1", "b": "t9/r2", "choice": "a",
+                            "annotator": "x", "dimension": "tone"}, "dimension", "dimension 'tone' not found"),
+    ("unknown rubric item", {"type": "criterion_grade", "response": "t9/r1", "item": "c7",
+                             "passed": True}, "item", "not in the task's expert rubric"),
+    ("conflicting duplicate id", {"type": "task", "id": "t9", "prompt": "other"}, "id", "conflicts with line 1"),
+    ("id over the size limit", {"type": "task", "id": "x" * (limits.MAX_ID + 1), "prompt": "p"}, "id",
+     "at most 200 characters"),
+    ("prompt over the size limit", {"type": "task", "id": "big", "prompt": "x" * (limits.MAX_PROMPT + 1)},
+     "prompt", f"at most {limits.MAX_PROMPT} characters"),
+    ("non-UTF-8 bytes", b'{"type": "task", "id": "t\xff", "prompt": "p"}', "(line)", "not UTF-8"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "line", "field", "message"), BAD_LINES, ids=[c[0] for c in BAD_LINES])
+def test_a_bad_line_rejects_the_whole_file_and_writes_nothing(
+    project: Project, tmp_path: Path, case: str, line: Any, field: str, message: str
+) -> None:
+    jsonl_import(project=project, path=write_jsonl(tmp_path / "base.jsonl", [TASK, RESPONSE, RESPONSE2]))
+    before = db_state(project)
+    good = {"type": "task", "id": "fresh", "prompt": "would be new"}
+    path = write_jsonl(tmp_path / "bad.jsonl", [TASK, good, line])
+    error = rejected(project, path)
+    assert db_state(project) == before
+    assert [(e.line, e.field) for e in error.errors] == [(3, field)], error.errors
+    assert message in error.errors[0].message
+
+
+def test_every_bad_line_is_reported_with_its_number(project: Project, tmp_path: Path) -> None:
+    lines = [TASK, "{oops", RESPONSE, {"type": "score", "response": "t9/r1", "value": 7},
+             {"type": "response", "id": "t9/r4", "task": "ghost", "content": "x"}]  # fmt: skip
+    error = rejected(project, write_jsonl(tmp_path / "bad.jsonl", lines))
+    assert [(e.line, e.field) for e in error.errors] == [(2, "(record)"), (4, "value"), (5, "task")]
+    assert error.total == 3
+    assert Task.objects.count() == 0
+
+
+def test_preference_across_tasks_is_rejected(project: Project, tmp_path: Path) -> None:
+    lines = [*basic_records(), {"type": "preference", "a": "t1/r1", "b": "t2/r1", "choice": "a",
+                                "annotator": "bob"}]  # fmt: skip
+    error = rejected(project, write_jsonl(tmp_path / "bad.jsonl", lines))
+    assert [(e.line, e.field, e.message) for e in error.errors] == [
+        (len(lines), "b", "responses a and b belong to different tasks")
+    ]
+    assert Task.objects.count() == 0
+
+
+def test_a_response_cannot_move_to_another_task(project: Project, tmp_path: Path) -> None:
+    jsonl_import(project=project, path=write_jsonl(tmp_path / "a.jsonl", basic_records()))
+    before = db_state(project)
+    moved = [{"type": "response", "id": "t1/r1", "task": "t2", "content": "moved"}]
+    error = rejected(project, write_jsonl(tmp_path / "b.jsonl", moved))
+    assert "already belongs to another task" in error.errors[0].message
+    assert db_state(project) == before
+
+
+def test_exact_repeats_within_a_file_are_harmless(project: Project, tmp_path: Path) -> None:
+    report = jsonl_import(project=project, path=write_jsonl(tmp_path / "a.jsonl", [TASK, TASK, RESPONSE, RESPONSE]))
+    assert report.counts["task"] == 1 and report.counts["response"] == 1
+    assert report.lines == 4
+
+
+def test_blank_lines_are_skipped_and_numbering_stays_true(project: Project, tmp_path: Path) -> None:
+    path = tmp_path / "a.jsonl"
+    path.write_text(json.dumps(TASK) + "\n\n   \n" + '{"type": "score"}\n')
+    error = rejected(project, path)
+    assert error.errors[0].line == 4
+
+
+def test_ids_are_scoped_to_the_project(project: Project, tmp_path: Path) -> None:
+    other = Project.objects.create(slug="other", name="Other")
+    path = write_jsonl(tmp_path / "a.jsonl", basic_records())
+    jsonl_import(project=project, path=path)
+    jsonl_import(project=other, path=path)
+    assert Task.objects.filter(external_id="t1").count() == 2
+    assert Response.objects.filter(project=other).count() == 4
