@@ -1,6 +1,5 @@
 """REST API: one view per operation, the same services and access rules as the pages."""
 
-
 from django.http import Http404, StreamingHttpResponse
 from rest_framework import serializers, status
 from rest_framework.decorators import api_view, parser_classes

@@ -53,14 +53,16 @@ def job_progress(*, job: Job, stage: str, done: int, total: int | None) -> None:
 
 
 def job_progress_reporter(job: Job, every: float = 0.5) -> Callable[[str, int, int], None]:
-    """A progress callback that writes at most every `every` seconds (and always at the end)."""
-    last = 0.0
+    """A progress callback that writes at most every `every` seconds, and always when the stage
+    changes or the stage's work is done."""
+    last_time = 0.0
+    last_stage = ""
 
     def report(stage: str, done: int, total: int) -> None:
-        nonlocal last
+        nonlocal last_time, last_stage
         now = timezone.now().timestamp()
-        if now - last >= every or done >= total:
-            last = now
+        if stage != last_stage or now - last_time >= every or done >= total:
+            last_time, last_stage = now, stage
             job_progress(job=job, stage=stage, done=done, total=total)
 
     return report

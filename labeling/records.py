@@ -69,9 +69,11 @@ class TaskRecord(Record):
     domain: Annotated[str, Field(max_length=100)] = ""
     prompt: Annotated[str, Field(min_length=1, max_length=MAX_PROMPT)]
     instructions: Annotated[str, Field(max_length=MAX_PROMPT)] = ""
-    documents: Annotated[list[DocumentIn], Field(max_length=MAX_DOCUMENTS)] = []
+    documents: Annotated[list[DocumentIn], Field(max_length=MAX_DOCUMENTS)] = Field(
+        default_factory=list
+    )
     split: SplitName | None = None
-    metadata: dict[str, Any] = {}
+    metadata: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def documents_unique(self) -> "TaskRecord":
@@ -88,7 +90,7 @@ class ToolCall(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
     id: Annotated[str, Field(max_length=MAX_ID)] | None = None
     name: Name
-    arguments: dict[str, Any] | str = {}
+    arguments: dict[str, Any] | str = Field(default_factory=dict)
 
 
 class Message(BaseModel):
@@ -107,7 +109,7 @@ class ResponseRecord(Record):
     content: Annotated[str, Field(max_length=MAX_RESPONSE_TEXT)] | None = None
     messages: Annotated[list[Message], Field(min_length=1, max_length=MAX_MESSAGES)] | None = None
     source: Annotated[str, Field(max_length=200)] = ""
-    metadata: dict[str, Any] = {}
+    metadata: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def content_or_messages(self) -> "ResponseRecord":

@@ -74,7 +74,9 @@ def celery_worker_process(transactional_db: Any) -> Iterator[str]:
             pytest.fail(message)
         pytest.skip(message)
     settings_dict = connection.settings_dict
-    if connection.vendor == "sqlite" and settings_dict["NAME"].startswith(("file:memorydb", ":memory:")):
+    if connection.vendor == "sqlite" and settings_dict["NAME"].startswith(
+        ("file:memorydb", ":memory:")
+    ):
         pytest.skip("a worker process cannot share an in-memory SQLite test database")
     queue = f"test-{uuid.uuid4().hex[:8]}"
     env = dict(os.environ, CELERY_BROKER_URL=broker, CELERY_TASK_DEFAULT_QUEUE=queue)
@@ -95,11 +97,12 @@ def celery_worker_process(transactional_db: Any) -> Iterator[str]:
     )  # fmt: skip
     previous = (app.conf.broker_url, app.conf.task_default_queue)
     app.conf.broker_url, app.conf.task_default_queue = broker, queue
-    app.pool.force_close_all()
+    app.close()  # drop pooled connections to the old broker
     try:
         yield queue
     finally:
         app.conf.broker_url, app.conf.task_default_queue = previous
+        app.close()
         worker.terminate()
         try:
             output, _ = worker.communicate(timeout=20)
@@ -116,3 +119,9 @@ def wait_for(predicate: Any, timeout: float = 60.0, interval: float = 0.2) -> bo
             return True
         time.sleep(interval)
     return False
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings: Any) -> None:
+    # The real hasher is deliberately slow; tests create hundreds of users.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

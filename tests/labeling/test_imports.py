@@ -26,13 +26,23 @@ def test_valid_file_in_any_order_imports_every_record(project: Project, tmp_path
     assert trajectory.messages[1]["tool_calls"][0]["name"] == "get_reservation"
     assert trajectory.source_model == "m-2"
     task = Task.objects.get(external_id="t1")
-    assert (task.split, task.metadata, task.documents.get().text) == ("meta", {"k": 1}, "No refunds after 24h.")
+    assert (task.split, task.metadata, task.documents.get().text) == (
+        "meta",
+        {"k": 1},
+        "No refunds after 24h.",
+    )
     assert Task.objects.get(external_id="t2").split == "unassigned"
     label = Preference.objects.get(provider="human")
     assert (label.choice, label.confidence, label.dimension.name, label.annotator.name) == (
-        "a", 2, "correctness", "alice",
+        "a",
+        2,
+        "correctness",
+        "alice",
     )
-    assert list(Rubric.objects.get().items.values_list("key", "weight")) == [("c1", 2.0), ("c2", 1.0)]
+    assert list(Rubric.objects.get().items.values_list("key", "weight")) == [
+        ("c1", 2.0),
+        ("c2", 1.0),
+    ]
 
 
 def test_importing_the_same_file_twice_changes_nothing(project: Project, tmp_path: Path) -> None:
@@ -43,7 +53,9 @@ def test_importing_the_same_file_twice_changes_nothing(project: Project, tmp_pat
     assert db_state(project) == before
 
 
-def test_reimport_updates_in_place_and_keeps_label_history(project: Project, tmp_path: Path) -> None:
+def test_reimport_updates_in_place_and_keeps_label_history(
+    project: Project, tmp_path: Path
+) -> None:
     jsonl_import(project=project, path=write_jsonl(tmp_path / "a.jsonl", basic_records()))
     changed = [
         {"type": "task", "id": "t1", "domain": "airline", "prompt": "Cancel EHGLP3 now",
@@ -65,7 +77,9 @@ def test_reimport_updates_in_place_and_keeps_label_history(project: Project, tmp
     ]
     rubric = Rubric.objects.get()
     assert rubric.version == 2
-    assert [r.items for r in rubric.revisions.all()][-1] == [{"id": "c1", "text": "Refuses.", "weight": 2.0}]
+    assert [r.items for r in rubric.revisions.all()][-1] == [
+        {"id": "c1", "text": "Refuses.", "weight": 2.0}
+    ]
     assert rubric.items.get().grades.count() == 1  # c1's grade survives, c2 is gone
 
 
@@ -126,11 +140,15 @@ BAD_LINES: list[tuple[str, Any, str, str]] = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("case", "line", "field", "message"), BAD_LINES, ids=[c[0] for c in BAD_LINES])
+@pytest.mark.parametrize(
+    ("case", "line", "field", "message"), BAD_LINES, ids=[c[0] for c in BAD_LINES]
+)
 def test_a_bad_line_rejects_the_whole_file_and_writes_nothing(
     project: Project, tmp_path: Path, case: str, line: Any, field: str, message: str
 ) -> None:
-    jsonl_import(project=project, path=write_jsonl(tmp_path / "base.jsonl", [TASK, RESPONSE, RESPONSE2]))
+    jsonl_import(
+        project=project, path=write_jsonl(tmp_path / "base.jsonl", [TASK, RESPONSE, RESPONSE2])
+    )
     before = db_state(project)
     good = {"type": "task", "id": "fresh", "prompt": "would be new"}
     path = write_jsonl(tmp_path / "bad.jsonl", [TASK, good, line])
@@ -169,7 +187,9 @@ def test_a_response_cannot_move_to_another_task(project: Project, tmp_path: Path
 
 
 def test_exact_repeats_within_a_file_are_harmless(project: Project, tmp_path: Path) -> None:
-    report = jsonl_import(project=project, path=write_jsonl(tmp_path / "a.jsonl", [TASK, TASK, RESPONSE, RESPONSE]))
+    report = jsonl_import(
+        project=project, path=write_jsonl(tmp_path / "a.jsonl", [TASK, TASK, RESPONSE, RESPONSE])
+    )
     assert report.counts["task"] == 1 and report.counts["response"] == 1
     assert report.lines == 4
 

@@ -1,0 +1,112 @@
+"""Import speed and memory: a generated file of 10,000 tasks and 100,000 responses into PostgreSQL.
+
+    DATABASE_URL=postgres://... python bench/import_speed.py [--tasks 10000] [--per-task 10]
+
+Prints rows per second and the process's peak resident memory, each next to its target
+(>= 5,000 rows/s, < 300 MB), measured in this one run. The database named in DATABASE_URL
+(default: workbench_bench on the local server) is migrated and its 'bench' project replaced.
+"""
+
+import argparse
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault(
+    "DATABASE_URL", "postgres://workbench:workbench@127.0.0.1:5432/workbench_bench"
+)
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+TARGET_ROWS_PER_SECOND = 5000
+TARGET_PEAK_MB = 300
+
+
+def generate(path: Path, tasks: int, per_task: int) -> int:
+    """Write the file line by line (never held in memory); return the number of records."""
+    document = (
+        "Clause 4.2: the seller indemnifies the buyer for losses up to 10% of the price. " * 12
+    )
+    with open(path, "w", encoding="utf-8") as out:
+        for t in range(tasks):
+            task_id = f"task-{t:05}"
+            out.write(json.dumps({
+                "type": "task", "id": task_id, "domain": ("legal", "airline", "finance")[t % 3],
+                "prompt": f"Review the agreement for client {t} and list the three largest risks.",
+                "documents": [{"id": "spa", "title": "Share purchase agreement", "text": document}],
+            }) + "\n")  # fmt: skip
+            for r in range(per_task):
+                out.write(json.dumps({
+                    "type": "response", "id": f"{task_id}/r{r}", "task": task_id, "source": f"model-{r % 4}",
+                    "content": f"Response {r} to task {t}. The indemnity cap is 10% of the price. " * 6,
+                }) + "\n")  # fmt: skip
+    return tasks * (1 + per_task)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=10_000)
+    parser.add_argument("--per-task", type=int, default=10)
+    args = parser.parse_args()
+
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+
+    from labeling.imports import jsonl_import
+    from labeling.models import Project
+
+    if connection.vendor == "postgresql":
+        _database_create_if_missing(connection.settings_dict)
+    call_command("migrate", verbosity=0)
+    Project.objects.filter(slug="bench").delete()
+    project = Project.objects.create(slug="bench", name="Bench")
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "bench.jsonl"
+        rows = generate(path, args.tasks, args.per_task)
+        size_mb = path.stat().st_size / 2**20
+        start = time.perf_counter()
+        report = jsonl_import(project=project, path=path)
+        seconds = time.perf_counter() - start
+        again_start = time.perf_counter()
+        jsonl_import(project=project, path=path)
+        again_seconds = time.perf_counter() - again_start
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    imported = sum(report.counts.values())
+    assert imported == rows, (imported, rows)
+    rate = rows / seconds
+    print(f"database: {connection.vendor}; file: {rows} records, {size_mb:.1f} MB")
+    print(f"import: {seconds:.2f} s, {rate:,.0f} rows/s "
+          f"(target >= {TARGET_ROWS_PER_SECOND:,}; ratio {rate / TARGET_ROWS_PER_SECOND:.2f})")  # fmt: skip
+    print(
+        f"re-import of the same file (no changes): {again_seconds:.2f} s, {rows / again_seconds:,.0f} rows/s"
+    )
+    print(
+        f"peak memory: {peak_mb:.0f} MB (target < {TARGET_PEAK_MB}; ratio {peak_mb / TARGET_PEAK_MB:.2f})"
+    )
+    Project.objects.filter(pk=project.pk).delete()
+
+
+def _database_create_if_missing(settings_dict: dict[str, object]) -> None:
+    import psycopg
+
+    name = settings_dict["NAME"]
+    with psycopg.connect(
+        host=str(settings_dict["HOST"] or "127.0.0.1"), port=int(str(settings_dict["PORT"] or 5432)),
+        user=str(settings_dict["USER"]), password=str(settings_dict["PASSWORD"] or ""),
+        dbname="postgres", autocommit=True,
+    ) as admin:  # fmt: skip
+        exists = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
+        if not exists:
+            admin.execute(f'CREATE DATABASE "{name}"')
+
+
+if __name__ == "__main__":
+    main()
