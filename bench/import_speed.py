@@ -34,16 +34,34 @@ def generate(path: Path, tasks: int, per_task: int) -> int:
     with open(path, "w", encoding="utf-8") as out:
         for t in range(tasks):
             task_id = f"task-{t:05}"
-            out.write(json.dumps({
-                "type": "task", "id": task_id, "domain": ("legal", "airline", "finance")[t % 3],
-                "prompt": f"Review the agreement for client {t} and list the three largest risks.",
-                "documents": [{"id": "spa", "title": "Share purchase agreement", "text": document}],
-            }) + "\n")  # fmt: skip
+            out.write(
+                json.dumps(
+                    {
+                        "type": "task",
+                        "id": task_id,
+                        "domain": ("legal", "airline", "finance")[t % 3],
+                        "prompt": f"Review the agreement for client {t}; name three risks.",
+                        "documents": [
+                            {"id": "spa", "title": "Share purchase agreement", "text": document}
+                        ],
+                    }
+                )
+                + "\n"
+            )
             for r in range(per_task):
-                out.write(json.dumps({
-                    "type": "response", "id": f"{task_id}/r{r}", "task": task_id, "source": f"model-{r % 4}",
-                    "content": f"Response {r} to task {t}. The indemnity cap is 10% of the price. " * 6,
-                }) + "\n")  # fmt: skip
+                out.write(
+                    json.dumps(
+                        {
+                            "type": "response",
+                            "id": f"{task_id}/r{r}",
+                            "task": task_id,
+                            "source": f"model-{r % 4}",
+                            "content": f"Response {r} to task {t}. The cap is 10% of the price. "
+                            * 6,
+                        }
+                    )
+                    + "\n"
+                )
     return tasks * (1 + per_task)
 
 
@@ -83,14 +101,16 @@ def main() -> None:
     assert imported == rows, (imported, rows)
     rate = rows / seconds
     print(f"database: {connection.vendor}; file: {rows} records, {size_mb:.1f} MB")
-    print(f"import: {seconds:.2f} s, {rate:,.0f} rows/s "
-          f"(target >= {TARGET_ROWS_PER_SECOND:,}; ratio {rate / TARGET_ROWS_PER_SECOND:.2f})")  # fmt: skip
     print(
-        f"re-import of the same file (no changes): {again_seconds:.2f} s, {rows / again_seconds:,.0f} rows/s"
+        f"import: {seconds:.2f} s, {rate:,.0f} rows/s "
+        f"(target >= {TARGET_ROWS_PER_SECOND:,}; ratio {rate / TARGET_ROWS_PER_SECOND:.2f})"
     )
+    again_rate = rows / again_seconds
     print(
-        f"peak memory: {peak_mb:.0f} MB (target < {TARGET_PEAK_MB}; ratio {peak_mb / TARGET_PEAK_MB:.2f})"
+        f"re-import of the same file (no changes): {again_seconds:.2f} s, {again_rate:,.0f} rows/s"
     )
+    peak_ratio = peak_mb / TARGET_PEAK_MB
+    print(f"peak memory: {peak_mb:.0f} MB (target < {TARGET_PEAK_MB}; ratio {peak_ratio:.2f})")
     Project.objects.filter(pk=project.pk).delete()
 
 
@@ -99,10 +119,13 @@ def _database_create_if_missing(settings_dict: dict[str, object]) -> None:
 
     name = settings_dict["NAME"]
     with psycopg.connect(
-        host=str(settings_dict["HOST"] or "127.0.0.1"), port=int(str(settings_dict["PORT"] or 5432)),
-        user=str(settings_dict["USER"]), password=str(settings_dict["PASSWORD"] or ""),
-        dbname="postgres", autocommit=True,
-    ) as admin:  # fmt: skip
+        host=str(settings_dict["HOST"] or "127.0.0.1"),
+        port=int(str(settings_dict["PORT"] or 5432)),
+        user=str(settings_dict["USER"]),
+        password=str(settings_dict["PASSWORD"] or ""),
+        dbname="postgres",
+        autocommit=True,
+    ) as admin:
         exists = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
         if not exists:
             admin.execute(f'CREATE DATABASE "{name}"')
