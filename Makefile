@@ -23,7 +23,7 @@ $(BIN)/.installed: pyproject.toml
 install: $(BIN)/.installed
 
 run: install
-	$(BIN)/python manage.py migrate --no-input
+	@$(BIN)/python manage.py migrate --no-input
 	$(BIN)/python manage.py collectstatic --no-input --verbosity 0
 	$(BIN)/python manage.py load_demo
 	$(BIN)/celery -A config worker --loglevel=INFO --pool=threads --concurrency=4 &

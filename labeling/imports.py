@@ -71,8 +71,12 @@ class ImportRejected(Exception):
     """The file has bad lines; `errors` lists up to MAX_REPORTED_ERRORS of them, `total` all."""
 
     def __init__(self, errors: list[LineError], total: int) -> None:
-        more = f" (showing the first {len(errors)})" if total > len(errors) else ""
-        super().__init__(f"{total} bad line(s), nothing was imported{more}")
+        if total > len(errors):
+            summary = f"{total} problems (showing the first {len(errors)})"
+        else:
+            lines = len({error.line for error in errors})
+            summary = f"{total} problem(s) on {lines} line(s)"
+        super().__init__(f"{summary}; nothing was imported")
         self.errors = errors
         self.total = total
 

@@ -11,6 +11,7 @@ from urllib.parse import urlparse
 
 import pytest
 from django.contrib.auth.models import User
+from django.conf import settings as django_settings
 from django.db import connection
 
 from labeling.models import Membership, Project, Role
@@ -61,25 +62,45 @@ def _reachable(url: str) -> bool:
         return False
 
 
-@pytest.fixture
-def celery_worker_process(transactional_db: Any) -> Iterator[str]:
-    """A real `celery worker` process on a real broker (Redis by default), reading and writing
-    the test database. Yields the queue name; the test app publishes to it."""
+@pytest.fixture(params=["redis", "filesystem"])
+def celery_worker_process(request: Any, transactional_db: Any, tmp_path: Path) -> Iterator[str]:
+    """A real `celery worker` process reading and writing the test database, on Redis (the
+    production broker) or on the file-system broker of the embedded default. Yields the queue
+    name; the test process publishes to it."""
     from config.celery import app
 
-    broker = os.environ.get("CELERY_TEST_BROKER_URL", "redis://127.0.0.1:6379/15")
-    if not _reachable(broker):
-        message = f"needs a broker at {broker} (set CELERY_TEST_BROKER_URL)"
-        if REQUIRE_SERVICES:
-            pytest.fail(message)
-        pytest.skip(message)
+    if request.param == "redis":
+        broker = os.environ.get("CELERY_TEST_BROKER_URL", "redis://127.0.0.1:6379/15")
+        if not _reachable(broker):
+            message = f"needs a broker at {broker} (set CELERY_TEST_BROKER_URL)"
+            if REQUIRE_SERVICES:
+                pytest.fail(message)
+            pytest.skip(message)
+        transport_options: dict[str, Any] = {}
+    else:
+        broker = "filesystem://"
+        folder = tmp_path / "broker"
+        for sub in ("queue", "control"):
+            (folder / sub).mkdir(parents=True)
+        transport_options = {
+            "data_folder_in": str(folder / "queue"),
+            "data_folder_out": str(folder / "queue"),
+            "control_folder": str(folder / "control"),
+        }
     settings_dict = connection.settings_dict
     if connection.vendor == "sqlite" and settings_dict["NAME"].startswith(
         ("file:memorydb", ":memory:")
     ):
         pytest.skip("a worker process cannot share an in-memory SQLite test database")
     queue = f"test-{uuid.uuid4().hex[:8]}"
-    env = dict(os.environ, CELERY_BROKER_URL=broker, CELERY_TASK_DEFAULT_QUEUE=queue)
+    # The worker's settings put the file-system broker's folders under WORKBENCH_VAR_DIR.
+    env = dict(
+        os.environ,
+        CELERY_BROKER_URL=broker,
+        CELERY_TASK_DEFAULT_QUEUE=queue,
+        WORKBENCH_VAR_DIR=str(tmp_path),
+        MEDIA_ROOT=str(django_settings.MEDIA_ROOT),
+    )
     if connection.vendor == "postgresql":
         user = settings_dict["USER"]
         password = settings_dict["PASSWORD"]
@@ -95,13 +116,16 @@ def celery_worker_process(transactional_db: Any) -> Iterator[str]:
          "--loglevel=INFO", "--without-heartbeat", "--without-mingle", "--without-gossip"],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
-    previous = (app.conf.broker_url, app.conf.task_default_queue)
+    previous = (app.conf.broker_url, app.conf.task_default_queue, app.conf.broker_transport_options)
     app.conf.broker_url, app.conf.task_default_queue = broker, queue
-    app.close()  # drop pooled connections to the old broker
+    app.conf.broker_transport_options = transport_options
+    _broker_pools_reset(app)
     try:
         yield queue
     finally:
-        app.conf.broker_url, app.conf.task_default_queue = previous
+        app.conf.broker_url, app.conf.task_default_queue, app.conf.broker_transport_options = (
+            previous
+        )
         app.close()
         worker.terminate()
         try:
@@ -110,6 +134,13 @@ def celery_worker_process(transactional_db: Any) -> Iterator[str]:
             worker.kill()
             output, _ = worker.communicate()
         sys.stdout.write(output[-4000:])
+
+
+def _broker_pools_reset(app: Any) -> None:
+    # Celery caches a connection pool and a producer pool for the broker it first used; the
+    # next publish must build both anew for the broker this test switched to.
+    app._pool = None
+    app.amqp._producer_pool = None
 
 
 def wait_for(predicate: Any, timeout: float = 60.0, interval: float = 0.2) -> bool:

@@ -1,0 +1,31 @@
+"""Production settings: refuse the default secret key, and pass Django's deployment check."""
+
+import os
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+
+def manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=REPO,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_debug_off_refuses_the_default_secret_key() -> None:
+    result = manage("check", DEBUG="0", SECRET_KEY="insecure-development-key-change-me")
+    assert result.returncode != 0
+    assert "set SECRET_KEY" in result.stderr
+
+
+def test_deploy_check_is_clean_with_a_real_key() -> None:
+    key = "k" * 20 + "-Zq8!v2#Lp0@xY7$wR4%tN6^mB1&cH9*" + "j" * 20
+    result = manage("check", "--deploy", "--fail-level", "WARNING", DEBUG="0", SECRET_KEY=key)
+    assert result.returncode == 0, result.stderr
+    assert "no issues" in result.stdout
