@@ -10,8 +10,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pytest
-from django.contrib.auth.models import User
 from django.conf import settings as django_settings
+from django.contrib.auth.models import User
 from django.db import connection
 
 from labeling.models import Membership, Project, Role
