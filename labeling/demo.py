@@ -7,6 +7,8 @@ from django.db import transaction
 
 from labeling.imports import jsonl_import
 from labeling.models import Membership, Project, Role
+from labeling.queue import queue_build
+from labeling.strategies import CoverageFirst
 
 DEMO_FILE = Path(__file__).resolve().parent / "demo_data" / "demo.jsonl"
 DEMO_SLUG = "demo"
@@ -41,4 +43,5 @@ def demo_load() -> tuple[Project, bool]:
             user.save(update_fields=["is_staff", "is_superuser"])
         Membership.objects.create(user=user, project=project, role=role)
     jsonl_import(project=project, path=DEMO_FILE)
+    queue_build(project=project, strategy=CoverageFirst(), dimensions=[None], pairs_per_task=6)
     return project, True

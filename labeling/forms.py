@@ -35,3 +35,17 @@ class TaskFilterForm(forms.Form):
     def __init__(self, *args: object, domains: list[str], **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.fields["domain"].choices = [("", "Any domain"), *[(d, d or "(none)") for d in domains]]
+
+
+class QueueBuildForm(forms.Form):
+    dimensions = forms.MultipleChoiceField(
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="One block per dimension, in this order; none selected: one overall block.",
+    )
+    pairs_per_task = forms.IntegerField(min_value=1, max_value=100, initial=10)
+    seed = forms.IntegerField(initial=0)
+
+    def __init__(self, *args: object, dimension_names: list[str], **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.fields["dimensions"].choices = [(name, name) for name in dimension_names]

@@ -403,3 +403,88 @@ class Job(models.Model):
         if not self.total:
             return None
         return min(100, round(100 * self.done / self.total))
+
+
+class QueuePair(models.Model):
+    """A pair of responses (and dimension) waiting for labels, with a precomputed priority.
+
+    `block` orders dimension blocks (an annotator finishes one dimension before the next);
+    within a block the highest priority is served first. Priorities are recomputed in the
+    background by a queue strategy, never per request."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="queue_pairs")
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="+")
+    response_a = models.ForeignKey(Response, on_delete=models.CASCADE, related_name="+")
+    response_b = models.ForeignKey(Response, on_delete=models.CASCADE, related_name="+")
+    dimension = models.ForeignKey(Dimension, null=True, blank=True, on_delete=models.CASCADE)
+    block = models.PositiveIntegerField(default=0)
+    priority = models.FloatField(default=0.0)
+    strategy = models.CharField(max_length=50, default="")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                "response_a", "response_b", Coalesce("dimension", 0), name="queue_pair_unique"
+            ),
+            models.CheckConstraint(
+                condition=Q(response_a__lt=models.F("response_b")), name="queue_pair_ordered"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.response_a} vs {self.response_b}"
+
+
+class QueueSlot(models.Model):
+    """One of the `overlap` labels a pair should get. A claim is a conditional UPDATE of one free
+    slot (unclaimed, or its lease expired), so two annotators can never hold the same slot, and
+    the row count of that UPDATE proves the claim on SQLite too. `block` and `priority` are
+    copied from the pair so that finding the next slot reads one partial index, no join."""
+
+    pair = models.ForeignKey(QueuePair, on_delete=models.CASCADE, related_name="slots")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    block = models.PositiveIntegerField(default=0)
+    priority = models.FloatField(default=0.0)
+    claimed_by = models.ForeignKey(
+        Annotator, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    lease_until = models.DateTimeField(null=True, blank=True)
+    done_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["project", "block", "-priority", "id"],
+                condition=Q(done_at__isnull=True),
+                name="queue_slot_open",
+            ),
+            models.Index(fields=["claimed_by", "pair"], name="queue_slot_claimant"),
+        ]
+
+    def __str__(self) -> str:
+        return f"slot {self.pk} of {self.pair}"
+
+
+class QueueAssignment(models.Model):
+    """A pair as served to one annotator: which side was shown left, when, and when the label
+    came back. Unique per pair and annotator, so nobody is ever served the same pair twice, and
+    a late or repeated submission still finds the order its annotator saw."""
+
+    pair = models.ForeignKey(QueuePair, on_delete=models.CASCADE, related_name="assignments")
+    annotator = models.ForeignKey(Annotator, on_delete=models.CASCADE, related_name="+")
+    slot = models.ForeignKey(QueueSlot, on_delete=models.CASCADE, related_name="assignments")
+    slot_order = models.CharField(max_length=2)
+    served_at = models.DateTimeField(auto_now_add=True)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["pair", "annotator"], name="queue_assignment_once"),
+            models.CheckConstraint(
+                condition=Q(slot_order__in=["ab", "ba"]), name="queue_assignment_slot_order"
+            ),
+        ]
+        indexes = [models.Index(fields=["annotator", "-served_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.pair} to {self.annotator}"

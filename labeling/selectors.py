@@ -4,16 +4,21 @@ from collections import defaultdict
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Case, Count, F, OuterRef, Q, QuerySet, Subquery, When
 
 from labeling.models import (
+    Annotator,
     CriterionGrade,
+    Dimension,
+    Document,
     JudgeScore,
     Membership,
     Preference,
     Project,
+    QueueAssignment,
     Response,
     Rubric,
+    RubricItem,
     Score,
     Split,
     Task,
@@ -102,4 +107,115 @@ def task_detail(*, project: Project, external_id: str, with_sources: bool) -> di
         "documents": list(task.documents.all()),
         "responses": responses,
         "rubrics": list(task.rubrics.prefetch_related("items").order_by("author_kind", "origin")),
+    }
+
+
+def _response_view(response: Response) -> dict[str, Any]:
+    """What a blind reader may see of a response: its text or turns, nothing else."""
+    return {"content": response.content, "messages": response.messages}
+
+
+def pair_view(*, assignment: QueueAssignment) -> dict[str, Any]:
+    """Everything the labeling page shows for one served pair, and nothing more: no model
+    names, metadata, scores or other annotators' labels are fetched, so none can leak."""
+    pair = assignment.pair
+    task = Task.objects.only("prompt", "instructions").get(pk=pair.task_id)
+    responses = Response.objects.only("content", "messages").in_bulk(
+        [pair.response_a_id, pair.response_b_id]
+    )
+    a, b = responses[pair.response_a_id], responses[pair.response_b_id]
+    left, right = (a, b) if assignment.slot_order == "ab" else (b, a)
+    dimension = (
+        Dimension.objects.only("name", "description").get(pk=pair.dimension_id)
+        if pair.dimension_id
+        else None
+    )
+    current = (
+        Preference.objects.filter(
+            Q(response_a_id=a.pk, response_b_id=b.pk) | Q(response_a_id=b.pk, response_b_id=a.pk),
+            dimension_id=pair.dimension_id,
+            annotator_id=assignment.annotator_id,
+            is_current=True,
+        )
+        .only("choice", "confidence", "response_a_id", "response_b_id")
+        .first()
+    )
+    side = None
+    if current is not None:
+        winner = {"a": current.response_a_id, "b": current.response_b_id}.get(current.choice)
+        side = "tie" if winner is None else ("left" if winner == left.pk else "right")
+    first_in_block = not QueueAssignment.objects.filter(
+        annotator_id=assignment.annotator_id,
+        pair__project_id=pair.project_id,
+        pair__block=pair.block,
+        submitted_at__isnull=False,
+    ).exists()
+    return {
+        "assignment": assignment,
+        "prompt": task.prompt,
+        "instructions": task.instructions,
+        "documents": list(Document.objects.filter(task_id=pair.task_id).only("title", "text")),
+        "left": _response_view(left),
+        "right": _response_view(right),
+        "dimension": dimension,
+        "current_side": side,
+        "current_confidence": current.confidence if current is not None else None,
+        "first_in_block": first_in_block and current is None,
+    }
+
+
+def criterion_grading_next(*, project: Project, annotator: Annotator) -> Response | None:
+    """The next response with an expert rubric that this annotator has not fully graded:
+    meta and selection tasks first, then by task and response id."""
+    graded = CriterionGrade.objects.filter(
+        response=OuterRef("pk"), annotator=annotator, item__rubric__author_kind="expert"
+    )
+    items = RubricItem.objects.filter(rubric__task=OuterRef("task"), rubric__author_kind="expert")
+    candidates = (
+        Response.objects.filter(project=project, task__rubrics__author_kind="expert")
+        .annotate(
+            item_count=Subquery(
+                items.values("rubric__task").annotate(n=Count("pk")).values("n")[:1]
+            ),
+            graded_count=Subquery(
+                graded.values("response").annotate(n=Count("pk")).values("n")[:1]
+            ),
+        )
+        .filter(Q(graded_count__isnull=True) | Q(graded_count__lt=F("item_count")))
+        .annotate(
+            early=Case(When(task__split__in=[Split.META, Split.SELECTION], then=0), default=1)
+        )
+        .order_by("early", "task__external_id", "external_id")
+    )
+    return candidates.only("pk", "external_id", "task_id").first()
+
+
+def criterion_grading_view(
+    *,
+    response: Response,
+    annotator: Annotator,
+    unsaved: dict[int, tuple[bool, str]] | None = None,
+) -> dict[str, Any]:
+    """A response with its task and the expert rubric, each item with this annotator's mark;
+    `unsaved` marks (from a refused submission) take precedence so nothing typed is lost."""
+    task = Task.objects.only("prompt", "instructions").get(pk=response.task_id)
+    rubric = Rubric.objects.get(task_id=response.task_id, author_kind="expert", origin="")
+    marks = {
+        grade.item_id: (grade.passed, grade.note)
+        for grade in CriterionGrade.objects.filter(response=response, annotator=annotator)
+    } | (unsaved or {})
+    return {
+        "response_id": response.external_id,
+        "response": _response_view(response),
+        "prompt": task.prompt,
+        "instructions": task.instructions,
+        "documents": list(Document.objects.filter(task_id=response.task_id).only("title", "text")),
+        "items": [
+            {
+                "item": item,
+                "passed": marks[item.pk][0] if item.pk in marks else None,
+                "note": marks[item.pk][1] if item.pk in marks else "",
+            }
+            for item in rubric.items.all()
+        ],
     }

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from labeling import views
+from labeling import label_views, views
 
 urlpatterns = [
     path("", views.project_list, name="project-list"),
@@ -10,6 +10,16 @@ urlpatterns = [
     path("p/<slug:slug>/import/", views.import_page, name="import"),
     path("p/<slug:slug>/export/", views.export_download, name="export"),
     path("p/<slug:slug>/splits/", views.splits_page, name="splits"),
+    path("p/<slug:slug>/label/", label_views.label_page, name="label"),
+    path("p/<slug:slug>/label/<int:assignment_id>/", label_views.label_revise, name="label-revise"),
+    path(
+        "p/<slug:slug>/label/<int:assignment_id>/submit/",
+        label_views.label_submit_view,
+        name="label-submit",
+    ),
+    path("p/<slug:slug>/queue/", label_views.queue_page, name="queue"),
+    path("p/<slug:slug>/grade/", label_views.grade_page, name="grade"),
+    path("p/<slug:slug>/grade/<path:response_id>/", label_views.grade_submit, name="grade-submit"),
     path("jobs/<int:job_id>/", views.job_detail, name="job-detail"),
     path("jobs/<int:job_id>/cancel/", views.job_cancel_view, name="job-cancel"),
 ]

@@ -15,6 +15,7 @@ from django.contrib.auth.models import User
 from django.db import connection
 
 from labeling.models import Membership, Project, Role
+from tests.browser import browser  # noqa: F401 (a fixture, shared by the browser tests)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

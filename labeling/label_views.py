@@ -1,0 +1,195 @@
+"""The expert's pages: pairwise labeling and criterion grading, keyboard first.
+
+Each POST answers with the next card as a fragment, so the page never reloads; the script in
+static/js/label.js retries a submission that did not reach the server."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from labeling.access import Perm, ProjectAccess, project_access
+from labeling.criterion_grading import GradesRejected, ItemMark, criterion_grades_submit
+from labeling.forms import QueueBuildForm
+from labeling.models import QueueAssignment, Response, RubricItem
+from labeling.queue import (
+    LabelInput,
+    LabelRejected,
+    annotator_for_user,
+    label_submit,
+    pair_claim_next,
+    queue_blocks,
+    queue_build,
+    queue_progress,
+)
+from labeling.selectors import criterion_grading_next, criterion_grading_view, pair_view
+from labeling.strategies import CoverageFirst
+
+
+def _card(
+    request: HttpRequest,
+    access: ProjectAccess,
+    assignment: QueueAssignment | None,
+    *,
+    fragment: bool,
+    status: int = 200,
+) -> HttpResponse:
+    annotator = annotator_for_user(project=access.project, user=request.user)
+    context = {
+        "access": access,
+        "project": access.project,
+        "progress": queue_progress(project=access.project, annotator=annotator),
+        "pair": pair_view(assignment=assignment) if assignment is not None else None,
+    }
+    template = "labeling/label.html" + ("#pair-card" if fragment else "")
+    return render(request, template, context, status=status)
+
+
+@require_GET
+@login_required
+def label_page(request: HttpRequest, slug: str) -> HttpResponse:
+    access = project_access(user=request.user, slug=slug, perm=Perm.LABEL)
+    annotator = annotator_for_user(project=access.project, user=request.user)
+    assignment = pair_claim_next(project=access.project, annotator=annotator)
+    return _card(
+        request, access, assignment, fragment=bool(request.htmx) or "fragment" in request.GET
+    )
+
+
+def _own_assignment(
+    request: HttpRequest, access: ProjectAccess, assignment_id: int
+) -> QueueAssignment:
+    annotator = annotator_for_user(project=access.project, user=request.user)
+    assignment = (
+        QueueAssignment.objects.select_related("pair__project", "annotator")
+        .filter(pk=assignment_id, annotator=annotator, pair__project=access.project)
+        .first()
+    )
+    if assignment is None:
+        raise Http404
+    return assignment
+
+
+@require_GET
+@login_required
+def label_revise(request: HttpRequest, slug: str, assignment_id: int) -> HttpResponse:
+    access = project_access(user=request.user, slug=slug, perm=Perm.LABEL)
+    return _card(request, access, _own_assignment(request, access, assignment_id), fragment=True)
+
+
+@require_POST
+@login_required
+def label_submit_view(request: HttpRequest, slug: str, assignment_id: int) -> HttpResponse:
+    access = project_access(user=request.user, slug=slug, perm=Perm.LABEL)
+    assignment = _own_assignment(request, access, assignment_id)
+    try:
+        confidence = request.POST.get("confidence", "")
+        seconds = request.POST.get("seconds", "")
+        label = LabelInput(
+            side=request.POST.get("side", ""),
+            confidence=int(confidence) if confidence != "" else None,
+            seconds=float(seconds) if seconds != "" else None,
+        )
+        label_submit(assignment=assignment, label=label)
+    except (LabelRejected, ValueError) as exc:
+        return HttpResponse(str(exc), status=400, content_type="text/plain")
+    annotator = assignment.annotator
+    return _card(
+        request, access, pair_claim_next(project=access.project, annotator=annotator), fragment=True
+    )
+
+
+def _grading_card(
+    request: HttpRequest,
+    access: ProjectAccess,
+    response: Response | None,
+    *,
+    fragment: bool,
+    error: str = "",
+    unsaved: list[ItemMark] | None = None,
+) -> HttpResponse:
+    annotator = annotator_for_user(project=access.project, user=request.user)
+    grading = None
+    if response is not None:
+        grading = criterion_grading_view(
+            response=response,
+            annotator=annotator,
+            unsaved={m.item_id: (m.passed, m.note) for m in unsaved or []},
+        )
+    context = {"access": access, "project": access.project, "grading": grading, "error": error}
+    template = "labeling/grade.html" + ("#grading-card" if fragment else "")
+    return render(request, template, context, status=422 if error else 200)
+
+
+@require_GET
+@login_required
+def grade_page(request: HttpRequest, slug: str) -> HttpResponse:
+    access = project_access(user=request.user, slug=slug, perm=Perm.LABEL)
+    annotator = annotator_for_user(project=access.project, user=request.user)
+    response = criterion_grading_next(project=access.project, annotator=annotator)
+    return _grading_card(request, access, response, fragment=bool(request.htmx))
+
+
+@require_POST
+@login_required
+def grade_submit(request: HttpRequest, slug: str, response_id: str) -> HttpResponse:
+    access = project_access(user=request.user, slug=slug, perm=Perm.LABEL)
+    response = Response.objects.filter(project=access.project, external_id=response_id).first()
+    if response is None:
+        raise Http404
+    annotator = annotator_for_user(project=access.project, user=request.user)
+    item_ids = RubricItem.objects.filter(
+        rubric__task_id=response.task_id, rubric__author_kind="expert", rubric__origin=""
+    ).values_list("pk", flat=True)
+    marks = [
+        ItemMark(
+            item_id=pk,
+            passed=request.POST[f"item-{pk}"] == "pass",
+            note=request.POST.get(f"note-{pk}", ""),
+        )
+        for pk in item_ids
+        if request.POST.get(f"item-{pk}") in {"pass", "fail"}
+    ]
+    try:
+        criterion_grades_submit(response=response, annotator=annotator, marks=marks)
+    except GradesRejected as exc:
+        return _grading_card(
+            request, access, response, fragment=True, error=str(exc), unsaved=marks
+        )
+    return _grading_card(
+        request,
+        access,
+        criterion_grading_next(project=access.project, annotator=annotator),
+        fragment=True,
+    )
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def queue_page(request: HttpRequest, slug: str) -> HttpResponse:
+    access = project_access(user=request.user, slug=slug)
+    names = list(access.project.dimensions.values_list("name", flat=True))
+    form = QueueBuildForm(request.POST or None, dimension_names=names)
+    if request.method == "POST":
+        project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
+        if form.is_valid():
+            chosen = form.cleaned_data["dimensions"]
+            dimensions = {d.name: d for d in access.project.dimensions.all()}
+            count = queue_build(
+                project=access.project,
+                strategy=CoverageFirst(seed=form.cleaned_data["seed"]),
+                dimensions=[dimensions[name] for name in chosen] or [None],
+                pairs_per_task=form.cleaned_data["pairs_per_task"],
+                seed=form.cleaned_data["seed"],
+            )
+            messages.success(request, f"Queued {count} pairs.")
+            return redirect("queue", slug=slug)
+    context = {
+        "access": access,
+        "project": access.project,
+        "form": form,
+        "blocks": queue_blocks(project=access.project),
+        "progress": queue_progress(project=access.project),
+    }
+    return render(request, "labeling/queue.html", context, status=400 if form.errors else 200)

@@ -1,0 +1,303 @@
+"""The labeling queue: building it, claiming the next pair, and taking labels back.
+
+Concurrency: a claim picks the best free slot with SELECT ... FOR UPDATE SKIP LOCKED (so
+concurrent annotators on PostgreSQL pass over each other's rows instead of waiting), then takes
+it with a conditional UPDATE whose row count proves the claim. On SQLite, where FOR UPDATE is a
+no-op, the IMMEDIATE transaction serializes writers and the conditional UPDATE still decides.
+A lease of minutes frees the slots of annotators who walk away.
+"""
+
+import itertools
+import random
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Exists, OuterRef, Q, Subquery
+from django.utils import timezone
+
+from labeling.imports import preference_same
+from labeling.models import (
+    Annotator,
+    Dimension,
+    Preference,
+    Project,
+    Provider,
+    QueueAssignment,
+    QueuePair,
+    QueueSlot,
+    Response,
+    Task,
+)
+from labeling.strategies import CandidatePair, QueueStrategy
+
+LEASE = timedelta(minutes=10)
+CLAIM_ATTEMPTS = 5
+
+
+class LabelRejected(ValueError):
+    pass
+
+
+def annotator_for_user(*, project: Project, user: Any) -> Annotator:
+    """The annotator row of an app user in a project, created on first use. An external
+    annotator that came with an import keeps its name; the user then labels as 'user:NAME'."""
+    annotator = Annotator.objects.filter(project=project, user=user).first()
+    if annotator is not None:
+        return annotator
+    name = user.username
+    if Annotator.objects.filter(project=project, name=name).exists():
+        name = f"user:{name}"
+    return Annotator.objects.create(project=project, name=name, user=user)
+
+
+def _task_pairs(response_ids: list[int], limit: int, rng: random.Random) -> list[tuple[int, int]]:
+    """All pairs of a task when there are at most `limit`, else a random spanning chain (every
+    response appears) topped up with random pairs, so large groups stay bounded."""
+    everything = list(itertools.combinations(sorted(response_ids), 2))
+    if len(everything) <= limit:
+        return everything
+    order = response_ids[:]
+    rng.shuffle(order)
+    chosen = {tuple(sorted(p)) for p in itertools.pairwise(order)}
+    rest = [p for p in everything if p not in chosen]
+    rng.shuffle(rest)
+    chosen.update(rest[: max(0, limit - len(chosen))])
+    return sorted(chosen)  # type: ignore[arg-type]
+
+
+@transaction.atomic
+def queue_build(
+    *,
+    project: Project,
+    strategy: QueueStrategy,
+    dimensions: list[Dimension | None],
+    pairs_per_task: int = 10,
+    seed: int = 0,
+) -> int:
+    """Queue the pairs of every task with two or more responses, once per dimension (None: the
+    overall preference), and give each pair `project.overlap` slots. Rebuilding refreshes
+    priorities and adds new pairs; labels and claims already made are kept. Returns the number
+    of pairs queued."""
+    rng = random.Random(seed)
+    responses: dict[int, list[int]] = {}
+    for task_id, response_id in Response.objects.filter(project=project).values_list(
+        "task_id", "pk"
+    ):
+        responses.setdefault(task_id, []).append(response_id)
+    tasks = {
+        pk: (split, domain)
+        for pk, split, domain in Task.objects.filter(pk__in=responses).values_list(
+            "pk", "split", "domain"
+        )
+    }
+    candidates = [
+        CandidatePair(task_id, *tasks[task_id], a, b)
+        for task_id in sorted(responses)
+        if len(responses[task_id]) > 1
+        for a, b in _task_pairs(responses[task_id], pairs_per_task, rng)
+    ]
+    priorities = strategy.priorities(candidates)
+    total = 0
+    for block, dimension in enumerate(dimensions):
+        rows = [
+            QueuePair(
+                project=project,
+                task_id=c.task_id,
+                response_a_id=c.response_a,
+                response_b_id=c.response_b,
+                dimension=dimension,
+                block=block,
+                priority=priority,
+                strategy=strategy.name,
+            )
+            for c, priority in zip(candidates, priorities, strict=True)
+        ]
+        for chunk in itertools.batched(rows, 2000):
+            _pairs_upsert(project, list(chunk), dimension)
+        total += len(rows)
+    _slots_fill(project)
+    return total
+
+
+def _pairs_upsert(project: Project, rows: list[QueuePair], dimension: Dimension | None) -> None:
+    existing = {
+        (a, b): pk
+        for pk, a, b in QueuePair.objects.filter(
+            project=project,
+            dimension=dimension,
+            response_a_id__in=[r.response_a_id for r in rows],
+        ).values_list("pk", "response_a_id", "response_b_id")
+    }
+    new, changed = [], []
+    for row in rows:
+        pk = existing.get((row.response_a_id, row.response_b_id))
+        if pk is None:
+            new.append(row)
+        else:
+            row.pk = pk
+            changed.append(row)
+    QueuePair.objects.bulk_create(new)
+    QueuePair.objects.bulk_update(changed, ["block", "priority", "strategy"])
+
+
+def _slots_fill(project: Project) -> None:
+    """Give every pair `overlap` slots and copy the pair's ordering fields onto open slots."""
+    slots: dict[int, int] = {}
+    for pair_id in QueueSlot.objects.filter(project=project).values_list("pair_id", flat=True):
+        slots[pair_id] = slots.get(pair_id, 0) + 1
+    new = []
+    for pair_id, block, priority in QueuePair.objects.filter(project=project).values_list(
+        "pk", "block", "priority"
+    ):
+        for _ in range(project.overlap - slots.get(pair_id, 0)):
+            new.append(QueueSlot(pair_id=pair_id, project=project, block=block, priority=priority))
+    for chunk in itertools.batched(new, 5000):
+        QueueSlot.objects.bulk_create(chunk)
+    pair = QueuePair.objects.filter(pk=OuterRef("pair_id"))
+    QueueSlot.objects.filter(project=project, done_at__isnull=True).update(
+        block=Subquery(pair.values("block")[:1]), priority=Subquery(pair.values("priority")[:1])
+    )
+
+
+def _free(now: object) -> Q:
+    return Q(claimed_by__isnull=True) | Q(lease_until__lt=now)
+
+
+def pair_claim_next(*, project: Project, annotator: Annotator) -> QueueAssignment | None:
+    """The annotator's current unfinished assignment if its lease still runs, else a new claim
+    on the best free slot of a pair this annotator has never been served; None when the queue
+    has nothing left for them."""
+    now = timezone.now()
+    held = (
+        QueueAssignment.objects.filter(
+            annotator=annotator,
+            submitted_at__isnull=True,
+            slot__claimed_by=annotator,
+            slot__lease_until__gte=now,
+            pair__project=project,
+        )
+        .select_related("pair")
+        .order_by("served_at")
+        .first()
+    )
+    if held is not None:
+        return held
+    served = QueueAssignment.objects.filter(pair=OuterRef("pair"), annotator=annotator)
+    for _ in range(CLAIM_ATTEMPTS):
+        try:
+            with transaction.atomic():
+                slot = (
+                    QueueSlot.objects.select_for_update(skip_locked=True, of=("self",))
+                    .filter(_free(now), project=project, done_at__isnull=True)
+                    .exclude(Exists(served))
+                    .order_by("block", "-priority", "pk")
+                    .first()
+                )
+                if slot is None:
+                    return None
+                taken = QueueSlot.objects.filter(
+                    _free(now), pk=slot.pk, done_at__isnull=True
+                ).update(claimed_by=annotator, lease_until=now + LEASE)
+                if taken != 1:
+                    continue  # someone else took it between our read and our update
+                return QueueAssignment.objects.create(
+                    pair_id=slot.pair_id,
+                    annotator=annotator,
+                    slot=slot,
+                    slot_order=random.choice(("ab", "ba")),
+                )
+        except IntegrityError:
+            continue  # served to this annotator concurrently (another tab): try the next one
+    return None
+
+
+@dataclass(frozen=True)
+class LabelInput:
+    side: str  # "left", "right" or "tie", as the annotator saw the pair
+    confidence: int | None
+    seconds: float | None
+
+
+def label_submit(*, assignment: QueueAssignment, label: LabelInput) -> Preference:
+    """Record the annotator's label for an assignment; submitting again (a retry, a revision
+    after Backspace, or after the lease expired) replaces their current label, never adds a
+    second one."""
+    pair = assignment.pair
+    if label.side not in {"left", "right", "tie"}:
+        raise LabelRejected("side must be left, right or tie")
+    if label.side == "tie" and not pair.project.allow_ties:
+        raise LabelRejected("this project does not allow ties")
+    if label.confidence not in {None, 0, 1, 2}:
+        raise LabelRejected("confidence must be 0, 1 or 2")
+    if label.seconds is not None and not 0 <= label.seconds < 86_400:
+        raise LabelRejected("seconds spent must be between 0 and 86400")
+    left_is_a = assignment.slot_order == "ab"
+    choice = {"tie": "tie", "left": "a" if left_is_a else "b", "right": "b" if left_is_a else "a"}
+    now = timezone.now()
+    with transaction.atomic():
+        # Lock the assignment so that a retry racing the original submission serializes.
+        QueueAssignment.objects.select_for_update().filter(pk=assignment.pk).first()
+        new = Preference(
+            task_id=pair.task_id,
+            response_a_id=pair.response_a_id,
+            response_b_id=pair.response_b_id,
+            choice=choice[label.side],
+            confidence=label.confidence,
+            dimension_id=pair.dimension_id,
+            provider=Provider.HUMAN,
+            annotator=assignment.annotator,
+            slot_order=assignment.slot_order,
+            seconds_spent=None if label.seconds is None else round(label.seconds, 2),
+        )
+        a, b = pair.response_a_id, pair.response_b_id
+        current = Preference.objects.filter(
+            Q(response_a_id=a, response_b_id=b) | Q(response_a_id=b, response_b_id=a),
+            dimension_id=pair.dimension_id,
+            annotator=assignment.annotator,
+            is_current=True,
+        ).first()
+        if current is None or not preference_same(current, new):
+            if current is not None:
+                Preference.objects.filter(pk=current.pk).update(is_current=False)
+            new.save()
+        else:
+            new = current
+        QueueAssignment.objects.filter(pk=assignment.pk).update(submitted_at=now)
+        QueueSlot.objects.filter(
+            pk=assignment.slot_id, claimed_by=assignment.annotator, done_at__isnull=True
+        ).update(done_at=now)
+    return new
+
+
+def queue_blocks(*, project: Project) -> list[dict[str, Any]]:
+    """Per dimension block: pairs queued, labels done and wanted."""
+    rows = []
+    for block, dimension in (
+        QueuePair.objects.filter(project=project)
+        .values_list("block", "dimension__name")
+        .distinct()
+        .order_by("block")
+    ):
+        slots = QueueSlot.objects.filter(project=project, block=block)
+        rows.append(
+            {
+                "block": block,
+                "dimension": dimension,
+                "pairs": QueuePair.objects.filter(project=project, block=block).count(),
+                "done": slots.filter(done_at__isnull=False).count(),
+                "target": slots.count(),
+            }
+        )
+    return rows
+
+
+def queue_progress(*, project: Project, annotator: Annotator | None = None) -> dict[str, int]:
+    slots = QueueSlot.objects.filter(project=project)
+    progress = {"done": slots.filter(done_at__isnull=False).count(), "target": slots.count()}
+    if annotator is not None:
+        progress["mine"] = QueueAssignment.objects.filter(
+            annotator=annotator, submitted_at__isnull=False
+        ).count()
+    return progress

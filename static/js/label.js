@@ -1,0 +1,182 @@
+// Pairwise labeling, keyboard first. The server renders each pair card; this script only tracks
+// the choice, the confidence and the time spent, submits, and swaps in the next card. A
+// submission that fails (offline, server error) is kept in localStorage and retried until the
+// server has it, so no label is lost; resubmitting is harmless on the server.
+(function () {
+  "use strict";
+  const PENDING_KEY = "workbench-pending-labels";
+  const app = document.getElementById("label-app");
+  if (!app) return;
+
+  const csrf = JSON.parse(document.body.getAttribute("hx-headers") || "{}")["X-CSRFToken"];
+  const history = [];          // assignment ids already submitted, for Backspace
+  let state = null;            // {card, side, confidence, started, hiddenMs, hiddenSince}
+  let sending = false;
+
+  function card() { return document.getElementById("pair-card"); }
+
+  function start() {
+    const el = card();
+    if (!el || !el.dataset.assignment) { state = null; return; }
+    state = {
+      card: el,
+      side: el.dataset.side || null,
+      confidence: el.dataset.confidence === "" ? null : Number(el.dataset.confidence),
+      started: null, hiddenMs: 0, hiddenSince: null,
+    };
+    if (!el.querySelector("[data-intro]")) state.started = performance.now();
+    render();
+    exclusiveDetails(el);
+  }
+
+  function render() {
+    if (!state) return;
+    state.card.querySelectorAll("[data-pick]").forEach((node) => {
+      node.classList.toggle("picked", node.dataset.pick === state.side);
+      if (node.tagName === "BUTTON") node.setAttribute("aria-pressed", String(node.dataset.pick === state.side));
+    });
+    state.card.querySelectorAll("[data-confidence]").forEach((node) => {
+      const on = Number(node.dataset.confidence) === state.confidence;
+      node.classList.toggle("picked", on);
+      node.setAttribute("aria-pressed", String(on));
+    });
+  }
+
+  function status(text, kind) {
+    const node = state && state.card.querySelector("[data-status]");
+    if (node) { node.textContent = text; node.className = "status " + (kind || ""); }
+  }
+
+  function seconds() {
+    if (!state.started) return "";
+    const hidden = state.hiddenMs + (state.hiddenSince ? performance.now() - state.hiddenSince : 0);
+    return ((performance.now() - state.started - hidden) / 1000).toFixed(2);
+  }
+
+  function pending() { return JSON.parse(localStorage.getItem(PENDING_KEY) || "[]"); }
+  function savePending(list) { localStorage.setItem(PENDING_KEY, JSON.stringify(list)); }
+
+  async function post(url, data) {
+    const response = await fetch(url, {
+      method: "POST",
+      headers: { "X-CSRFToken": csrf, "Content-Type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams(data),
+      credentials: "same-origin",
+    });
+    return response;
+  }
+
+  function swap(html) {
+    const holder = document.createElement("div");
+    holder.innerHTML = html;
+    const next = holder.querySelector("#pair-card");
+    if (next) { card().replaceWith(next); start(); window.scrollTo(0, 0); }
+  }
+
+  async function submit() {
+    if (!state || sending) return;
+    if (!state.side) { status("Pick a side first: ← or →" + (state.card.dataset.allowTies === "1" ? ", or T for a tie." : "."), "warn"); return; }
+    if (state.confidence === null) { status("Set your confidence: 1 (a guess), 2 (leaning) or 3 (certain).", "warn"); return; }
+    const entry = {
+      url: state.card.dataset.submitUrl,
+      assignment: state.card.dataset.assignment,
+      data: { side: state.side, confidence: String(state.confidence), seconds: seconds() },
+    };
+    savePending(pending().filter((p) => p.url !== entry.url).concat([entry]));
+    await flush(entry);
+  }
+
+  // Send every pending submission, oldest first; the last answer carries the next card.
+  async function flush(current) {
+    sending = true;
+    let delay = 1000;
+    for (;;) {
+      const queue = pending();
+      if (!queue.length) break;
+      const entry = queue[0];
+      let response = null;
+      try { response = await post(entry.url, entry.data); } catch (error) { response = null; }
+      if (response && response.ok) {
+        savePending(pending().filter((p) => p.url !== entry.url));
+        if (!history.includes(entry.assignment)) history.push(entry.assignment);
+        if (current && entry.url === current.url) swap(await response.text());
+        delay = 1000;
+        continue;
+      }
+      if (response && response.status >= 400 && response.status < 500) {
+        // The server refused this label (it names why); keep the card so it can be fixed.
+        savePending(pending().filter((p) => p.url !== entry.url));
+        status(await response.text(), "error");
+        break;
+      }
+      status("Not saved yet (offline or server error); retrying in " + Math.round(delay / 1000) + " s. Your label is kept.", "warn");
+      await new Promise((resolve) => setTimeout(resolve, delay));
+      delay = Math.min(delay * 2, 30000);
+    }
+    sending = false;
+  }
+
+  async function previous() {
+    if (!state && !history.length) return;
+    const current = state ? state.card.dataset.assignment : null;
+    let index = current ? history.indexOf(current) : -1;
+    const target = index > 0 ? history[index - 1] : index === -1 ? history[history.length - 1] : null;
+    if (!target) { status("No earlier pair in this session.", "warn"); return; }
+    const url = (state ? state.card.dataset.reviseUrl : app.dataset.reviseUrl).replace(/\/0\/$/, "/" + target + "/");
+    const response = await fetch(url, { credentials: "same-origin" });
+    if (response.ok) swap(await response.text());
+  }
+
+  function exclusiveDetails(root) {
+    root.querySelectorAll("details[data-exclusive]").forEach((details) => {
+      details.addEventListener("toggle", () => {
+        if (!details.open) return;
+        root.querySelectorAll("details[data-exclusive]").forEach((other) => { if (other !== details) other.open = false; });
+      });
+    });
+  }
+
+  document.addEventListener("keydown", (event) => {
+    const target = event.target;
+    if (target && (target.tagName === "INPUT" || target.tagName === "TEXTAREA" || target.isContentEditable)) return;
+    if (event.altKey || event.ctrlKey || event.metaKey) return;
+    if (!state) { if (event.key === "Backspace") { event.preventDefault(); previous(); } return; }
+    const intro = state.card.querySelector("[data-intro]");
+    if (intro && !intro.hidden) {
+      if (event.key === "Enter") {
+        event.preventDefault();
+        intro.hidden = true;
+        state.card.querySelector(".pair-body").hidden = false;
+        state.started = performance.now();
+      }
+      return;
+    }
+    const keys = { ArrowLeft: "left", ArrowRight: "right" };
+    if (state.card.dataset.allowTies === "1") { keys.t = "tie"; keys.T = "tie"; }
+    if (keys[event.key]) { event.preventDefault(); state.side = keys[event.key]; render(); status(""); return; }
+    if (["1", "2", "3"].includes(event.key)) { event.preventDefault(); state.confidence = Number(event.key) - 1; render(); status(""); return; }
+    if (event.key === "Enter") { event.preventDefault(); submit(); return; }
+    if (event.key === "Backspace") { event.preventDefault(); previous(); }
+  });
+
+  document.addEventListener("click", (event) => {
+    if (!state) return;
+    const pick = event.target.closest("[data-pick]");
+    const confidence = event.target.closest("[data-confidence]");
+    if (event.target.closest("[data-submit]")) { submit(); return; }
+    if (confidence && state.card.contains(confidence)) { state.confidence = Number(confidence.dataset.confidence); render(); return; }
+    if (pick && state.card.contains(pick) && !event.target.closest("summary, a, details[open] pre")) { state.side = pick.dataset.pick; render(); }
+  });
+
+  document.addEventListener("visibilitychange", () => {
+    if (!state || !state.started) return;
+    if (document.hidden) state.hiddenSince = performance.now();
+    else if (state.hiddenSince) { state.hiddenMs += performance.now() - state.hiddenSince; state.hiddenSince = null; }
+  });
+
+  window.addEventListener("online", () => { if (pending().length && !sending) flush(null); });
+
+  app.dataset.reviseUrl = (card() && card().dataset.reviseUrl) || "";
+  start();
+  if (pending().length) flush(null);
+})();

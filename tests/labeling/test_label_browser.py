@@ -1,0 +1,248 @@
+"""The labeling pages in a real browser, driven with the keyboard as an expert would."""
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from playwright.sync_api import expect
+
+from labeling.imports import jsonl_import
+from labeling.models import (
+    CriterionGrade,
+    Membership,
+    Preference,
+    Project,
+    QueueAssignment,
+    Response,
+    Role,
+)
+from labeling.queue import queue_build
+from labeling.strategies import CoverageFirst
+from tests.browser import logged_in_page
+from tests.labeling.helpers import write_jsonl
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+HOSTILE = [
+    "<script>alert('script')</script>",
+    "<img src=x onerror=\"alert('onerror')\"> <svg onload=\"alert('svg')\"></svg>",
+    "[click me](javascript:alert('link')) <a href=\"javascript:alert('a')\">raw link</a>",
+    "![pixel](javascript:alert('image')) ![tracker](http://127.0.0.1:9/x.png)",
+]
+
+
+def labeling_project(tmp_path: Path, *, tasks: int = 6, hostile: bool = False) -> Project:
+    project = Project.objects.create(slug="lab", name="Lab", guidelines="Prefer grounded answers.")
+    records: list[dict[str, Any]] = [
+        {"type": "dimension", "name": "correctness", "description": "Is it right?"}
+    ]
+    for t in range(tasks):
+        text = HOSTILE[t % len(HOSTILE)] if hostile else f"Task {t} prompt"
+        records.append({"type": "task", "id": f"t{t}", "prompt": text, "split": "meta",
+                        "documents": [{"id": "d", "title": "Doc", "text": text}]})  # fmt: skip
+        for r in range(2):
+            records.append({"type": "response", "id": f"t{t}/r{r}", "task": f"t{t}", "source": "secret-model",
+                            "content": f"{text} (task {t} response {r})"})  # fmt: skip
+    jsonl_import(project=project, path=write_jsonl(tmp_path / "lab.jsonl", records))
+    queue_build(project=project, strategy=CoverageFirst(), dimensions=[project.dimensions.get()])
+    return project
+
+
+def expert(project: Project, name: str = "lena") -> User:
+    user = User.objects.create_user(username=name, password="pw-for-tests-1")
+    Membership.objects.create(user=user, project=project, role=Role.EXPERT)
+    return user
+
+
+def left_text(page: Any) -> str:
+    return page.locator('#pair-card section.side[data-pick="left"] .text').inner_text()
+
+
+def label_current(page: Any, key: str, confidence: str) -> str:
+    """Label the pair on screen with the keyboard; return the assignment id that was labeled."""
+    card = page.locator("#pair-card")
+    assignment = card.get_attribute("data-assignment")
+    page.keyboard.press(key)
+    page.keyboard.press(confidence)
+    page.keyboard.press("Enter")
+    expect(card).not_to_have_attribute("data-assignment", assignment)
+    return assignment
+
+
+def test_expert_labels_five_pairs_by_keyboard_and_revises_one(
+    browser: Any, live_server: Any, tmp_path: Path
+) -> None:
+    project = labeling_project(tmp_path)
+    user = expert(project)
+    page = logged_in_page(browser, live_server, user)
+    page.goto(f"{live_server.url}/p/lab/label/")
+    intro = page.locator("[data-intro]")
+    expect(intro).to_contain_text("correctness")
+    expect(intro).to_contain_text("Prefer grounded answers.")
+    page.wait_for_timeout(300)  # a little time on the guidelines is not time on the pair
+    page.keyboard.press("Enter")
+    expect(intro).to_be_hidden()
+    shown_left: dict[str, str] = {}
+    keys = [
+        ("ArrowLeft", "3"),
+        ("ArrowRight", "2"),
+        ("ArrowLeft", "1"),
+        ("t", "3"),
+        ("ArrowRight", "3"),
+    ]
+    for key, confidence in keys:
+        shown_left[page.locator("#pair-card").get_attribute("data-assignment")] = left_text(page)
+        label_current(page, key, confidence)
+    last = list(shown_left)[-1]
+    page.keyboard.press("Backspace")
+    card = page.locator("#pair-card")
+    expect(card).to_have_attribute("data-assignment", last)
+    expect(page.locator('#pair-card button[data-pick="right"]')).to_have_attribute(
+        "aria-pressed", "true"
+    )
+    page.keyboard.press("ArrowLeft")
+    page.keyboard.press("1")
+    page.keyboard.press("Enter")
+    expect(card).not_to_have_attribute("data-assignment", last)
+    assert page.dialogs_seen == []
+
+    labels = {p.pk: p for p in Preference.objects.filter(annotator__user=user, is_current=True)}
+    assert len(labels) == 5
+    expected = {
+        0: ("left", 2),
+        1: ("right", 1),
+        2: ("left", 0),
+        3: ("tie", 2),
+        4: ("left", 0),
+    }  # last revised
+    for n, (assignment_id, left) in enumerate(shown_left.items()):
+        assignment = QueueAssignment.objects.get(pk=assignment_id)
+        pair = assignment.pair
+        label = Preference.objects.get(
+            response_a=pair.response_a,
+            response_b=pair.response_b,
+            annotator__user=user,
+            is_current=True,
+        )
+        side, confidence = expected[n]
+        winner = {"a": label.response_a_id, "b": label.response_b_id}.get(label.choice)
+        if side == "tie":
+            assert winner is None
+        else:
+            picked_left = Response.objects.get(pk=winner).content == left
+            assert picked_left == (side == "left")
+        assert label.confidence == confidence and label.slot_order == assignment.slot_order
+        assert label.seconds_spent is not None and 0 < label.seconds_spent < 60
+    revised = Preference.objects.filter(annotator__user=user, is_current=False)
+    assert revised.count() == 1 and revised.get().choice != "tie"
+
+
+def test_two_annotators_at_once_never_get_the_same_pair(
+    browser: Any, live_server: Any, tmp_path: Path
+) -> None:
+    project = labeling_project(tmp_path, tasks=12)
+    pages = [logged_in_page(browser, live_server, expert(project, name)) for name in ("ann", "ben")]
+    for page in pages:
+        page.goto(f"{live_server.url}/p/lab/label/")
+    for page in pages:
+        intro = page.locator("[data-intro]")
+        if intro.count():
+            page.keyboard.press("Enter")
+    for _ in range(4):
+        for page in pages:
+            label_current(page, "ArrowLeft", "2")
+    by_user = [
+        set(QueueAssignment.objects.filter(annotator__name=name).values_list("pair_id", flat=True))
+        for name in ("ann", "ben")
+    ]
+    assert [len(pairs) for pairs in by_user] == [5, 5], (
+        by_user
+    )  # four labeled plus the one on screen
+    assert not by_user[0] & by_user[1]
+    slots = QueueAssignment.objects.values_list("slot_id", flat=True)
+    assert len(slots) == len(set(slots))
+
+
+def test_a_label_sent_while_offline_is_retried_without_loss(
+    browser: Any, live_server: Any, tmp_path: Path
+) -> None:
+    project = labeling_project(tmp_path)
+    user = expert(project)
+    page = logged_in_page(browser, live_server, user)
+    page.goto(f"{live_server.url}/p/lab/label/")
+    page.keyboard.press("Enter")
+    assignment = page.locator("#pair-card").get_attribute("data-assignment")
+    page.context.set_offline(True)
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("3")
+    page.keyboard.press("Enter")
+    expect(page.locator("[data-status]")).to_contain_text("Not saved yet")
+    assert Preference.objects.count() == 0
+    page.context.set_offline(False)
+    expect(page.locator("#pair-card")).not_to_have_attribute(
+        "data-assignment", assignment, timeout=20_000
+    )
+    assert Preference.objects.filter(annotator__user=user).count() == 1
+
+
+def test_hostile_responses_render_as_inert_text(
+    browser: Any, live_server: Any, tmp_path: Path
+) -> None:
+    project = labeling_project(tmp_path, tasks=4, hostile=True)
+    page = logged_in_page(browser, live_server, expert(project))
+    errors: list[str] = []
+    page.on(
+        "console", lambda message: errors.append(message.text) if "alert" in message.text else None
+    )
+    page.goto(f"{live_server.url}/p/lab/label/")
+    page.keyboard.press("Enter")
+    for _ in range(4):
+        page.locator("#pair-card details.document summary").first.click()
+        for link in page.locator("#pair-card a").all():
+            href = link.get_attribute("href") or ""
+            assert not href.lower().startswith("javascript:")
+        assert (
+            page.locator("#pair-card img, #pair-card svg, #pair-card script:not([src])").count()
+            == 0
+        )
+        assert (
+            "<script>" in page.locator("#pair-card .prompt .text").inner_text()
+            or "alert" in page.locator("#pair-card").inner_text()
+        )
+        label_current(page, "ArrowLeft", "2")
+    assert page.evaluate("() => typeof window.__pwned") == "undefined"
+    assert page.dialogs_seen == [] and errors == []
+
+
+def test_criterion_grading_by_keyboard(browser: Any, live_server: Any, tmp_path: Path) -> None:
+    project = Project.objects.create(slug="lab", name="Lab")
+    records = [
+        {"type": "task", "id": "t", "prompt": "Review", "split": "meta"},
+        {"type": "response", "id": "t/r1", "task": "t", "content": "first"},
+        {"type": "response", "id": "t/r2", "task": "t", "content": "second"},
+        {"type": "rubric", "task": "t", "items": [{"id": "c1", "text": "Names the cap."}, {"id": "c2", "text": "Cites clause 4."}, {"id": "c3", "text": "Flags the MAC."}]},
+    ]  # fmt: skip
+    jsonl_import(project=project, path=write_jsonl(tmp_path / "g.jsonl", records))
+    user = expert(project)
+    page = logged_in_page(browser, live_server, user)
+    page.goto(f"{live_server.url}/p/lab/grade/")
+    expect(page.locator(".graded .text")).to_have_text("first")
+    page.keyboard.press("p")  # c1 pass, focus moves to c2
+    page.keyboard.press("f")  # c2 fail, focus moves on to c3
+    page.keyboard.press("k")
+    page.keyboard.press("n")
+    page.keyboard.type("clause 4 is misquoted")
+    page.keyboard.press("Escape")
+    page.keyboard.press("Enter")  # c3 unmarked: refused, shown in place
+    expect(page.locator("#grading-card .error")).to_contain_text("not marked")
+    expect(page.locator(".criterion.focused")).to_contain_text("Flags the MAC.")  # first unmarked
+    page.keyboard.press("k")
+    page.keyboard.press("j")
+    page.keyboard.press("p")
+    page.keyboard.press("Enter")
+    expect(page.locator(".graded .text")).to_have_text("second")
+    grades = {
+        g.item.key: (g.passed, g.note) for g in CriterionGrade.objects.filter(annotator__user=user)
+    }
+    assert grades == {"c1": (True, ""), "c2": (False, "clause 4 is misquoted"), "c3": (True, "")}
