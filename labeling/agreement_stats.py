@@ -11,12 +11,13 @@ Definitions that the numbers depend on:
   two items, because the raters answered two different questions about it. Every `n` counts items.
 - Only human labels make up the panel (kappa, alpha, unanimity, majority). Synthetic and judge
   labels are compared with it, never part of it.
-- A majority needs at least two human labels and a strict majority (more than half). A pair one
-  person labeled is not "settled by the humans", so it is left out of unanimity and majority.
+- The human majority is the category with more than half of the human votes; a pair one person
+  labeled has that person's label as its majority, because most projects label each pair once
+  and a provider must still be comparable with the humans there (PADME's Agr). Unanimity and
+  alpha, which are about people agreeing with each other, count only pairs with 2+ labels.
 - A human is compared with the majority of the *other* humans (leave-one-out); comparing with a
-  majority that includes their own vote would let them agree with themselves. With only two
-  annotators no leave-one-out majority exists (one other label is not a majority); their agreement
-  is the raw agreement next to Cohen's kappa.
+  majority that includes their own vote would let them agree with themselves. With two
+  annotators this is each one's raw agreement with the other.
 - A number that is undefined is None, never NaN, and the `n` next to it says why.
 """
 
@@ -182,8 +183,9 @@ def _ratio(hits: int, n: int) -> float | None:
 
 
 def majority_vote(categories: Sequence[Category]) -> Category | None:
-    """The category chosen by more than half of the votes; None on a split or a lone vote."""
-    if len(categories) < 2:
+    """The category chosen by more than half of the votes (a lone vote included); None on a
+    split or with no votes."""
+    if not categories:
         return None
     category, count = Counter(categories).most_common(1)[0]
     return category if 2 * count > len(categories) else None

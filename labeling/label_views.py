@@ -10,6 +10,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from labeling.access import Perm, ProjectAccess, project_access
+from labeling.agreement_stats import agreement_report, annotator_summaries
 from labeling.criterion_grading import GradesRejected, ItemMark, criterion_grades_submit
 from labeling.forms import QueueBuildForm
 from labeling.models import QueueAssignment, Response, RubricItem
@@ -23,7 +24,12 @@ from labeling.queue import (
     queue_build,
     queue_progress,
 )
-from labeling.selectors import criterion_grading_next, criterion_grading_view, pair_view
+from labeling.selectors import (
+    agreement_labels,
+    criterion_grading_next,
+    criterion_grading_view,
+    pair_view,
+)
 from labeling.strategies import CoverageFirst
 
 
@@ -193,3 +199,34 @@ def queue_page(request: HttpRequest, slug: str) -> HttpResponse:
         "progress": queue_progress(project=access.project),
     }
     return render(request, "labeling/queue.html", context, status=400 if form.errors else 200)
+
+
+@require_GET
+@login_required
+def agreement_page(request: HttpRequest, slug: str) -> HttpResponse:
+    access = project_access(user=request.user, slug=slug)
+    names = list(access.project.dimensions.values_list("name", flat=True))
+    dimension = request.GET.get("dimension") or None
+    if dimension is not None and dimension not in names:
+        raise Http404("No such dimension.")
+    report = agreement_report(agreement_labels(project=access.project), dimension=dimension)
+    context = {
+        "access": access,
+        "project": access.project,
+        "report": report,
+        "dimensions": names,
+        "dimension": dimension,
+    }
+    return render(request, "labeling/agreement.html", context)
+
+
+@require_GET
+@login_required
+def annotators_page(request: HttpRequest, slug: str) -> HttpResponse:
+    access = project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
+    summaries = [
+        (summary, [summary.confidence.get(level, 0) for level in (0, 1, 2, None)])
+        for summary in annotator_summaries(agreement_labels(project=access.project))
+    ]
+    context = {"access": access, "project": access.project, "summaries": summaries}
+    return render(request, "labeling/annotators.html", context)

@@ -6,6 +6,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Case, Count, F, OuterRef, Q, QuerySet, Subquery, When
 
+from labeling.agreement_stats import Label
 from labeling.models import (
     Annotator,
     CriterionGrade,
@@ -219,3 +220,31 @@ def criterion_grading_view(
             for item in rubric.items.all()
         ],
     }
+
+
+def agreement_labels(*, project: Project) -> list[Label]:
+    """Current pairwise labels of the project, in the shape the agreement statistics read."""
+    rows = Preference.objects.filter(task__project=project, is_current=True).values_list(
+        "response_a__external_id",
+        "response_b__external_id",
+        "dimension__name",
+        "annotator__name",
+        "provider",
+        "choice",
+        "confidence",
+        "seconds_spent",
+    )
+    labels = []
+    for a, b, dimension, annotator, provider, choice, confidence, seconds in rows.iterator():
+        labels.append(
+            Label(
+                pair=(a, b) if a < b else (b, a),
+                dimension=dimension,
+                annotator=annotator,
+                provider=provider,
+                winner={"a": a, "b": b}.get(choice),
+                confidence=confidence,
+                seconds=seconds,
+            )
+        )
+    return labels

@@ -220,7 +220,7 @@ def test_krippendorff_alpha_on_the_panel_by_hand() -> None:
 @pytest.mark.parametrize(
     ("votes", "majority"),
     [
-        (["first"], None),  # a lone label is not a majority
+        (["first"], "first"),  # one label is its pair's majority
         (["first", "second"], None),  # 1-1 split
         (["tie", "tie"], "tie"),  # ties are a category like the others
         (["first", "first", "second"], "first"),  # 2 of 3
@@ -236,13 +236,13 @@ def test_majority_vote_needs_more_than_half(votes: list[str], majority: str | No
 
 
 def test_human_majorities_on_the_panel() -> None:
-    # p2 is a 1-1 split and p5 has a single label: neither has a majority.
+    # p2 is a 1-1 split: no majority. p5's single label is its majority.
     assert human_majorities(PANEL) == {
         (pair_of("p1"), None): "first",
         (pair_of("p2"), None): None,
         (pair_of("p3"), None): "tie",
         (pair_of("p4"), None): "second",
-        (pair_of("p5"), None): None,
+        (pair_of("p5"), None): "first",
     }
 
 
@@ -253,17 +253,18 @@ def test_unanimity_excludes_the_pair_one_human_labeled() -> None:
 
 
 def test_provider_agreement_on_the_panel() -> None:
-    # Synthetic vs the human majority: p1 F = F, p3 S != T, p4 S = S -> 2/3. p2 (split) and
-    # p5 (one human) have no majority and are not counted.
+    # Synthetic vs the human majority: p1 F = F, p3 S != T, p4 S = S, p5 F = F (alice's lone
+    # label) -> 3/4. p2 (a 1-1 split) has no majority and is not counted.
     # Leave-one-out for each human:
-    #   alice: p1 others F F -> F, agrees; p3 others T S -> split; p2, p4 one other -> none. 1/1
-    #   bob:   p1 agrees; p2 one other; p3 others T S -> split. 1/1
-    #   carol: p1 agrees; p3 others T T -> T, carol S disagrees; p4 one other. 1/2
+    #   alice: p1 others F F -> F, agrees; p2 other S, disagrees; p3 others T S -> split;
+    #          p4 other S, agrees; p5 no others. 2/3
+    #   bob:   p1 agrees; p2 other F, bob S disagrees; p3 others T S -> split. 1/2
+    #   carol: p1 agrees; p3 others T T -> T, carol S disagrees; p4 other S, agrees. 2/3
     assert provider_agreement(PANEL) == (
-        ProviderAgreement("synthetic", "human_majority", near(2 / 3), 3),
-        ProviderAgreement("human:alice", "human_majority_without_self", 1.0, 1),
-        ProviderAgreement("human:bob", "human_majority_without_self", 1.0, 1),
-        ProviderAgreement("human:carol", "human_majority_without_self", 0.5, 2),
+        ProviderAgreement("synthetic", "human_majority", 0.75, 4),
+        ProviderAgreement("human:alice", "human_majority_without_self", near(2 / 3), 3),
+        ProviderAgreement("human:bob", "human_majority_without_self", 0.5, 2),
+        ProviderAgreement("human:carol", "human_majority_without_self", near(2 / 3), 3),
     )
 
 
@@ -293,24 +294,30 @@ def test_leave_one_out_compares_each_human_with_the_others_only() -> None:
     )
 
 
-def test_with_two_humans_nobody_can_agree_with_themselves() -> None:
-    # The majority with both would contain the person's own vote; without it, one label is
-    # left, which is not a majority. The rows stay, with n = 0.
-    labels = humans({"p1": {"alice": "F", "bob": "F"}, "p2": {"alice": "S", "bob": "S"}})
+def test_with_two_humans_each_is_compared_with_the_other() -> None:
+    # Leave-one-out leaves the other person's label, which is that pair's majority: alice and
+    # bob agree on p1 and p2 (2/2) and split on p3, so each scores 2/3 against the other.
+    labels = humans(
+        {
+            "p1": {"alice": "F", "bob": "F"},
+            "p2": {"alice": "S", "bob": "S"},
+            "p3": {"alice": "F", "bob": "T"},
+        }
+    )
     assert provider_agreement(labels) == (
-        ProviderAgreement("human:alice", "human_majority_without_self", None, 0),
-        ProviderAgreement("human:bob", "human_majority_without_self", None, 0),
+        ProviderAgreement("human:alice", "human_majority_without_self", near(2 / 3), 3),
+        ProviderAgreement("human:bob", "human_majority_without_self", near(2 / 3), 3),
     )
 
 
 def test_provider_agreement_by_the_confidence_of_the_provider_label() -> None:
     # Synthetic at confidence 2: p1 agrees, p2 no majority, p3 disagrees -> 1/2.
-    # Synthetic at confidence 1: p4 agrees, p5 no majority -> 1/1.
+    # Synthetic at confidence 1: p4 agrees, p5 agrees with alice's lone label -> 2/2.
     # The human labels have no confidence, so their rows fall in the None group.
     groups = provider_agreement_by_confidence(PANEL)
     assert [group.confidence for group in groups] == [1, 2, None]
     by_level = {group.confidence: group.providers for group in groups}
-    assert by_level[1] == (ProviderAgreement("synthetic", "human_majority", 1.0, 1),)
+    assert by_level[1] == (ProviderAgreement("synthetic", "human_majority", 1.0, 2),)
     assert by_level[2] == (ProviderAgreement("synthetic", "human_majority", 0.5, 2),)
     assert [row.provider for row in by_level[None]] == ["human:alice", "human:bob", "human:carol"]
 
@@ -389,8 +396,8 @@ def test_report_has_the_formats_shape_and_is_strict_json() -> None:
     assert report["providers"][0] == {
         "provider": "synthetic",
         "vs": "human_majority",
-        "agreement": near(2 / 3),
-        "n": 3,
+        "agreement": 0.75,  # as in test_provider_agreement_on_the_panel
+        "n": 4,
     }
     assert report["providers"][1] == {
         "provider": "judge",

@@ -1,0 +1,166 @@
+"""Queue claims under concurrency: 16 annotators claiming and labeling for 60 seconds.
+
+    DATABASE_URL=postgres://... python bench/queue_claim.py [--annotators 16] [--seconds 60]
+
+Seeds PostgreSQL (default database workbench_bench) with 100,000 tasks, 1,000,000 responses and
+one queued pair per task (overlap 1), then runs each annotator in its own process: claim the
+next pair, submit a label, repeat, with an optional think time. Prints p50 / p95 claim latency
+against the 50 ms target and the number of duplicate claims (a pair served to two annotators,
+or a slot held by two), which must be 0. The seed rows are written with set-based SQL because
+1.1 million ORM inserts would dominate the run; the claims go through the product's own code.
+"""
+
+import argparse
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault(
+    "DATABASE_URL", "postgres://workbench:workbench@127.0.0.1:5432/workbench_bench"
+)
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+TARGET_P95_MS = 50.0
+SLUG = "bench-queue"
+
+
+def seed(tasks: int, per_task: int) -> int:
+    from django.db import connection, transaction
+
+    from labeling.models import Project
+
+    Project.objects.filter(slug=SLUG).delete()
+    project = Project.objects.create(slug=SLUG, name="Queue bench", overlap=1)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            """INSERT INTO labeling_task (project_id, external_id, domain, prompt, instructions,
+                   metadata, split)
+               SELECT %s, 't' || g, 'd' || (g %% 5), 'Prompt ' || g, '', '{}',
+                      CASE WHEN g %% 10 < 2 THEN 'meta' ELSE 'train' END
+               FROM generate_series(1, %s) AS g""",
+            [project.pk, tasks],
+        )
+        cursor.execute(
+            """INSERT INTO labeling_response (project_id, task_id, external_id, content,
+                   source_model, metadata)
+               SELECT t.project_id, t.id, t.external_id || '/r' || r,
+                      'Response ' || r || ' to ' || t.external_id, 'm', '{}'
+               FROM labeling_task t CROSS JOIN generate_series(0, %s) AS r
+               WHERE t.project_id = %s""",
+            [per_task - 1, project.pk],
+        )
+        cursor.execute(
+            """INSERT INTO labeling_queuepair (project_id, task_id, response_a_id,
+                   response_b_id, dimension_id, block, priority, strategy)
+               SELECT %s, task_id, min(id), min(id) + 1, NULL, 0, random(), 'bench'
+               FROM labeling_response WHERE project_id = %s GROUP BY task_id""",
+            [project.pk, project.pk],
+        )
+        cursor.execute(
+            """INSERT INTO labeling_queueslot (pair_id, project_id, block, priority)
+               SELECT id, project_id, block, priority FROM labeling_queuepair
+               WHERE project_id = %s""",
+            [project.pk],
+        )
+        cursor.execute("ANALYZE")
+    return project.pk
+
+
+def annotate(
+    index: int, seconds: float, think: float, results: "multiprocessing.Queue[object]"
+) -> None:
+    import django
+
+    django.setup()
+    from labeling.models import Annotator, Project
+    from labeling.queue import LabelInput, label_submit, pair_claim_next
+
+    project = Project.objects.get(slug=SLUG)
+    annotator = Annotator.objects.create(project=project, name=f"bench-annotator-{index}")
+    latencies = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        start = time.perf_counter()
+        assignment = pair_claim_next(project=project, annotator=annotator)
+        latencies.append((time.perf_counter() - start) * 1000)
+        if assignment is None:
+            break
+        if think:
+            time.sleep(think)
+        label_submit(assignment=assignment, label=LabelInput("left", 1, think))
+    results.put(latencies)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=100_000)
+    parser.add_argument("--responses-per-task", type=int, default=10)
+    parser.add_argument("--annotators", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--think-ms", type=float, default=0.0, help="pause between claim and label")
+    args = parser.parse_args()
+
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+
+    from labeling.models import QueueAssignment, QueueSlot
+
+    if connection.vendor == "postgresql":
+        from bench.import_speed import _database_create_if_missing
+
+        _database_create_if_missing(connection.settings_dict)
+    call_command("migrate", verbosity=0)
+    started = time.perf_counter()
+    project_id = seed(args.tasks, args.responses_per_task)
+    print(f"seeded {args.tasks:,} tasks, {args.tasks * args.responses_per_task:,} responses, "
+          f"{args.tasks:,} queued pairs in {time.perf_counter() - started:.1f} s")  # fmt: skip
+    connection.close()
+
+    context = multiprocessing.get_context("spawn")
+    results: multiprocessing.Queue[object] = context.Queue()
+    workers = [
+        context.Process(target=annotate, args=(i, args.seconds, args.think_ms / 1000, results))
+        for i in range(args.annotators)
+    ]
+    for worker in workers:
+        worker.start()
+    latencies: list[float] = []
+    for _ in workers:
+        latencies.extend(results.get())  # type: ignore[arg-type]
+    for worker in workers:
+        worker.join()
+
+    served_twice = (
+        QueueAssignment.objects.filter(pair__project_id=project_id)
+        .values("pair_id")
+        .annotate(n=django.db.models.Count("pk"))
+        .filter(n__gt=1)
+        .count()
+    )
+    slots_twice = (
+        QueueAssignment.objects.filter(pair__project_id=project_id)
+        .values("slot_id")
+        .annotate(n=django.db.models.Count("pk"))
+        .filter(n__gt=1)
+        .count()
+    )
+    done = QueueSlot.objects.filter(project_id=project_id, done_at__isnull=False).count()
+    quantiles = statistics.quantiles(latencies, n=100)
+    p50, p95 = quantiles[49], quantiles[94]
+    print(f"{args.annotators} annotators for {args.seconds:.0f} s (think time {args.think_ms:.0f} ms): "
+          f"{len(latencies):,} claims, {done:,} labels")  # fmt: skip
+    print(f"claim latency p50 {p50:.1f} ms, p95 {p95:.1f} ms "
+          f"(target p95 < {TARGET_P95_MS:.0f} ms; ratio {p95 / TARGET_P95_MS:.2f})")  # fmt: skip
+    print(f"duplicate claims: {served_twice + slots_twice} "
+          f"({served_twice} pairs served twice, {slots_twice} slots held twice; target 0)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

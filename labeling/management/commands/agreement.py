@@ -1,0 +1,50 @@
+"""``manage.py agreement --project SLUG [--dimension NAME] [--json]`` (FORMATS.md)."""
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from labeling.agreement_stats import agreement_report
+from labeling.models import Project
+from labeling.selectors import agreement_labels
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+class Command(BaseCommand):
+    help = "Agreement between annotators and of each label provider with the human majority."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--project", required=True, metavar="SLUG")
+        parser.add_argument("--dimension", metavar="NAME")
+        parser.add_argument("--json", action="store_true")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        project = Project.objects.filter(slug=options["project"]).first()
+        if project is None:
+            raise CommandError(f"project {options['project']!r} does not exist")
+        dimension = options["dimension"]
+        if dimension is not None and not project.dimensions.filter(name=dimension).exists():
+            raise CommandError(f"project {project.slug!r} has no dimension {dimension!r}")
+        report = agreement_report(agreement_labels(project=project), dimension=dimension)
+        if options["json"]:
+            self.stdout.write(json.dumps(report, allow_nan=False))
+            return
+        self.stdout.write(
+            f"{report['pairs']} pairs, {report['annotators']} annotators; "
+            f"Krippendorff's alpha {_number(report['krippendorff_alpha'])}, "
+            f"unanimous {_number(report['unanimous_share'])} "
+            f"(over {report['overlap_pairs']} pairs with 2+ human labels)"
+        )
+        for row in report["cohen_kappa"]:
+            self.stdout.write(
+                f"  kappa {row['a']} vs {row['b']}: {_number(row['kappa'])} "
+                f"(raw agreement {_number(row['agreement'])}, n={row['n']})"
+            )
+        for row in report["providers"]:
+            self.stdout.write(
+                f"  {row['provider']} vs {row['vs']}: {_number(row['agreement'])} (n={row['n']})"
+            )
