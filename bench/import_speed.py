@@ -4,12 +4,11 @@
 
 Prints rows per second and the process's peak resident memory, each next to its target
 (>= 5,000 rows/s, < 300 MB), measured in this one run. The database named in DATABASE_URL
-(default: workbench_bench on the local server) is migrated and its 'bench' project replaced.
+(default: workbench_bench on the local server) is dropped and created anew.
 """
 
 import argparse
 import json
-import os
 import resource
 import sys
 import tempfile
@@ -17,10 +16,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault(
-    "DATABASE_URL", "postgres://workbench:workbench@127.0.0.1:5432/workbench_bench"
-)
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+from bench.database import bench_database_fresh, bench_environment
+
+bench_environment()
 
 TARGET_ROWS_PER_SECOND = 5000
 TARGET_PEAK_MB = 300
@@ -74,16 +72,12 @@ def main() -> None:
     import django
 
     django.setup()
-    from django.core.management import call_command
     from django.db import connection
 
     from labeling.imports import jsonl_import
     from labeling.models import Project
 
-    if connection.vendor == "postgresql":
-        _database_create_if_missing(connection.settings_dict)
-    call_command("migrate", verbosity=0)
-    Project.objects.filter(slug="bench").delete()
+    bench_database_fresh()
     project = Project.objects.create(slug="bench", name="Bench")
 
     with tempfile.TemporaryDirectory() as folder:
@@ -111,24 +105,6 @@ def main() -> None:
     )
     peak_ratio = peak_mb / TARGET_PEAK_MB
     print(f"peak memory: {peak_mb:.0f} MB (target < {TARGET_PEAK_MB}; ratio {peak_ratio:.2f})")
-    Project.objects.filter(pk=project.pk).delete()
-
-
-def _database_create_if_missing(settings_dict: dict[str, object]) -> None:
-    import psycopg
-
-    name = settings_dict["NAME"]
-    with psycopg.connect(
-        host=str(settings_dict["HOST"] or "127.0.0.1"),
-        port=int(str(settings_dict["PORT"] or 5432)),
-        user=str(settings_dict["USER"]),
-        password=str(settings_dict["PASSWORD"] or ""),
-        dbname="postgres",
-        autocommit=True,
-    ) as admin:
-        exists = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
-        if not exists:
-            admin.execute(f'CREATE DATABASE "{name}"')
 
 
 if __name__ == "__main__":

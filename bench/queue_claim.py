@@ -2,8 +2,8 @@
 
     DATABASE_URL=postgres://... python bench/queue_claim.py [--annotators 16] [--seconds 60]
 
-Seeds PostgreSQL (default database workbench_bench) with 100,000 tasks, 1,000,000 responses and
-one queued pair per task (overlap 1), then runs each annotator in its own process: claim the
+Seeds PostgreSQL (default database workbench_bench, created anew) with 100,000 tasks,
+1,000,000 responses and one queued pair per task (overlap 1), then runs each annotator in its own process: claim the
 next pair, submit a label, repeat, with an optional think time. Prints p50 / p95 claim latency
 against the 50 ms target and the number of duplicate claims (a pair served to two annotators,
 or a slot held by two), which must be 0. The seed rows are written with set-based SQL because
@@ -12,17 +12,15 @@ or a slot held by two), which must be 0. The seed rows are written with set-base
 
 import argparse
 import multiprocessing
-import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault(
-    "DATABASE_URL", "postgres://workbench:workbench@127.0.0.1:5432/workbench_bench"
-)
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+from bench.database import bench_database_fresh, bench_environment
+
+bench_environment()
 
 TARGET_P95_MS = 50.0
 SLUG = "bench-queue"
@@ -33,7 +31,6 @@ def seed(tasks: int, per_task: int) -> int:
 
     from labeling.models import Project
 
-    Project.objects.filter(slug=SLUG).delete()
     project = Project.objects.create(slug=SLUG, name="Queue bench", overlap=1)
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
@@ -107,20 +104,17 @@ def main() -> None:
     import django
 
     django.setup()
-    from django.core.management import call_command
     from django.db import connection
 
     from labeling.models import QueueAssignment, QueueSlot
 
-    if connection.vendor == "postgresql":
-        from bench.import_speed import _database_create_if_missing
-
-        _database_create_if_missing(connection.settings_dict)
-    call_command("migrate", verbosity=0)
+    bench_database_fresh()
     started = time.perf_counter()
     project_id = seed(args.tasks, args.responses_per_task)
-    print(f"seeded {args.tasks:,} tasks, {args.tasks * args.responses_per_task:,} responses, "
-          f"{args.tasks:,} queued pairs in {time.perf_counter() - started:.1f} s")  # fmt: skip
+    print(
+        f"seeded {args.tasks:,} tasks, {args.tasks * args.responses_per_task:,} responses, "
+        f"{args.tasks:,} queued pairs in {time.perf_counter() - started:.1f} s"
+    )
     connection.close()
 
     context = multiprocessing.get_context("spawn")
@@ -154,12 +148,18 @@ def main() -> None:
     done = QueueSlot.objects.filter(project_id=project_id, done_at__isnull=False).count()
     quantiles = statistics.quantiles(latencies, n=100)
     p50, p95 = quantiles[49], quantiles[94]
-    print(f"{args.annotators} annotators for {args.seconds:.0f} s (think time {args.think_ms:.0f} ms): "
-          f"{len(latencies):,} claims, {done:,} labels")  # fmt: skip
-    print(f"claim latency p50 {p50:.1f} ms, p95 {p95:.1f} ms "
-          f"(target p95 < {TARGET_P95_MS:.0f} ms; ratio {p95 / TARGET_P95_MS:.2f})")  # fmt: skip
-    print(f"duplicate claims: {served_twice + slots_twice} "
-          f"({served_twice} pairs served twice, {slots_twice} slots held twice; target 0)")  # fmt: skip
+    print(
+        f"{args.annotators} annotators for {args.seconds:.0f} s "
+        f"(think time {args.think_ms:.0f} ms): {len(latencies):,} claims, {done:,} labels"
+    )
+    print(
+        f"claim latency p50 {p50:.1f} ms, p95 {p95:.1f} ms "
+        f"(target p95 < {TARGET_P95_MS:.0f} ms; ratio {p95 / TARGET_P95_MS:.2f})"
+    )
+    print(
+        f"duplicate claims: {served_twice + slots_twice} "
+        f"({served_twice} pairs served twice, {slots_twice} slots held twice; target 0)"
+    )
 
 
 if __name__ == "__main__":

@@ -23,8 +23,10 @@ CHROMIUM_ARGS = [
 ]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """Chromium for one test module. Not longer: Playwright's sync API keeps an event loop
+    running in this thread, and later tests call asyncio.run() themselves."""
     if not os.path.exists(CHROMIUM):
         message = f"needs Chromium at {CHROMIUM} (Debian package 'chromium')"
         if os.environ.get("WORKBENCH_REQUIRE_SERVICES") == "1":
@@ -34,10 +36,13 @@ def browser() -> Iterator[Any]:
     # Playwright's sync API keeps an event loop in this thread; Django's ORM calls in the test
     # body are still synchronous and safe, but its async guard cannot tell.
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with playwright_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+    try:
+        with playwright_api.sync_playwright() as playwright:
+            chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            yield chromium
+            chromium.close()
+    finally:
+        del os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"]
 
 
 def logged_in_page(browser: Any, live_server: Any, user: User) -> Any:

@@ -16,6 +16,7 @@ from django.db import connection
 
 from labeling.models import Membership, Project, Role
 from tests.browser import browser  # noqa: F401 (a fixture, shared by the browser tests)
+from tests.fakes.openai_server import fake_judge  # noqa: F401 (a fixture: the fake judge)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

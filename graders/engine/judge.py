@@ -1,0 +1,510 @@
+"""The judge client: one async client for OpenAI-compatible /chat/completions endpoints.
+
+httpx is the API, but requests go through an aiohttp transport: on a 2-core machine with 64 calls
+in flight, httpx's own connection pool reached about 0.13 of the concurrency/latency bound and
+aiohttp about 0.85-0.90 (DESIGN.md section 4; bench/judge_throughput.py measures it).
+
+A call never turns a failure into a value: a failed request, an unreadable response and output
+that does not match the step's schema all come back as a ChatResult with `error` set. The only
+exception a caller must handle is BudgetExhausted, which stops a job before it spends more.
+
+Deterministic calls (temperature 0) are cached by a hash of everything that shapes the request, so
+re-running finished work makes no HTTP calls; cache hits cost nothing and are counted as hits.
+"""
+
+import asyncio
+import email.utils
+import hashlib
+import json
+import logging
+import math
+import os
+import random
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Protocol, Self
+
+import httpx
+from httpx_aiohttp import AiohttpTransport
+
+from graders.engine.jsonout import OutputInvalid, extract_json_object, validate, wire_schema
+
+ResponseFormat = Literal["json_schema", "json_object", "none"]
+Message = dict[str, str]
+
+_log = logging.getLogger(__name__)
+
+# A fixed name keeps the request body a function of the cache key's fields alone.
+SCHEMA_NAME = "judge_output"
+# Network failures worth another attempt; UnsupportedProtocol or a bad proxy URL are not.
+_TRANSIENT_ERRORS = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+_QUOTA_WORDS = ("quota", "billing")
+
+
+class BudgetExhausted(Exception):
+    """The job's call or cost budget is spent; no new request was sent."""
+
+
+class MissingApiKey(RuntimeError):
+    """The environment variable that should hold the judge's API key is not set."""
+
+
+class _CallFailed(Exception):
+    """A call ended without a usable completion; the message becomes ChatResult.error."""
+
+
+@dataclass(frozen=True)
+class JudgeSettings:
+    """Where and how to call the judge. Holds the name of the key's environment variable,
+    never the key, so settings can be stored, logged and sent to workers."""
+
+    base_url: str
+    model: str
+    api_key_env: str | None
+    temperature: float = 0.0
+    max_tokens: int = 1024
+    max_concurrency: int = 8
+    timeout_s: float = 60.0
+    max_retries: int = 5
+    price_in_per_mtok: float = 0.0
+    price_out_per_mtok: float = 0.0
+    seed: int | None = 0
+    response_format: ResponseFormat = "json_schema"
+
+    def __post_init__(self) -> None:
+        # Settings often arrive from JSON or a form, where the Literal type is not enforced.
+        if self.response_format not in ("json_schema", "json_object", "none"):
+            raise ValueError(f"unknown response_format {self.response_format!r}")
+        if self.max_concurrency < 1:
+            raise ValueError("max_concurrency must be at least 1")
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """One judge call. `schema` describes the JSON object expected back (see jsonout);
+    None means free text, returned unparsed. `name` labels the call in logs and traces."""
+
+    messages: tuple[Message, ...]
+    schema: dict[str, Any] | None = None
+    name: str = "judge"
+
+
+@dataclass
+class ChatResult:
+    """What one call produced. `parsed` is set only when the output matched the schema;
+    otherwise `error` says why and `text` keeps whatever the judge wrote. Tokens, latency and
+    cost describe this call's spending, so all are zero for a cache hit."""
+
+    text: str | None
+    parsed: dict[str, Any] | None
+    error: str | None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    latency_s: float = 0.0
+    cost: float = 0.0
+    cached: bool = False
+    request_key: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class JudgeCache(Protocol):
+    """Stores completions by request key. Values are small JSON-safe dicts."""
+
+    def get(self, key: str) -> dict[str, Any] | None: ...
+
+    def put(self, key: str, value: dict[str, Any]) -> None: ...
+
+
+class MemoryCache:
+    """A cache for one process: tests, benchmarks, a single search run."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, dict[str, Any]] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        return self._entries.get(key)
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        self._entries[key] = value
+
+
+class JsonlFileCache(MemoryCache):
+    """A cache in an append-only JSON Lines file, for training jobs with no database.
+
+    The file is read once at construction; each put appends one line and closes the file, so a
+    job killed mid-run keeps everything it paid for. A torn last line from such a kill is
+    skipped on the next load, and a later line for the same key wins.
+    """
+
+    def __init__(self, path: Path | str) -> None:
+        super().__init__()
+        self.path = Path(path)
+        if self.path.exists():
+            self._load()
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def _load(self) -> None:
+        with self.path.open(encoding="utf-8") as lines:
+            for line in lines:
+                try:
+                    entry = json.loads(line)
+                    super().put(entry["key"], entry["value"])
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    continue
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        super().put(key, value)
+        with self.path.open("a", encoding="utf-8") as out:
+            out.write(json.dumps({"key": key, "value": value}, ensure_ascii=False) + "\n")
+
+
+@dataclass
+class Usage:
+    """Spending rolled up over a client's life. `calls` counts HTTP responses received (retried
+    ones included); `failures` counts results returned with an error. Updated only from the
+    event loop between awaits, so no lock is needed."""
+
+    calls: int = 0
+    cache_hits: int = 0
+    retries: int = 0
+    failures: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: float = 0.0
+    latency_s: float = 0.0
+
+    def add(self, result: ChatResult) -> None:
+        self.cache_hits += result.cached
+        self.failures += not result.ok
+        self.tokens_in += result.tokens_in
+        self.tokens_out += result.tokens_out
+        self.cost += result.cost
+        self.latency_s += result.latency_s
+
+    def as_dict(self) -> dict[str, int | float]:
+        return asdict(self)
+
+
+@dataclass
+class Budget:
+    """A job's spending limit; share one instance across the job's clients.
+
+    A call is claimed just before its first request is sent, so at most `max_calls` calls ever
+    start (a call's retries belong to it). Cost is known only when a call ends, so up to
+    `max_concurrency` calls already in flight may finish past `max_cost`.
+    """
+
+    max_calls: int | None = None
+    max_cost: float | None = None
+    calls_claimed: int = 0
+    cost_spent: float = 0.0
+
+    def claim(self) -> None:
+        if self.max_calls is not None and self.calls_claimed >= self.max_calls:
+            raise BudgetExhausted(f"call budget of {self.max_calls} spent")
+        if self.max_cost is not None and self.cost_spent >= self.max_cost:
+            raise BudgetExhausted(f"cost budget of {self.max_cost} spent ({self.cost_spent:.4f})")
+        self.calls_claimed += 1
+
+    def spend(self, cost: float) -> None:
+        self.cost_spent += cost
+
+
+class JudgeClient:
+    """Calls the judge with at most `settings.max_concurrency` requests in flight.
+
+    `transport` replaces the aiohttp transport (e.g. httpx.MockTransport in unit tests).
+    `backoff_base_s` and `backoff_cap_s` shape the retry waits: exponential with full jitter.
+    """
+
+    def __init__(
+        self,
+        settings: JudgeSettings,
+        cache: JudgeCache | None = None,
+        budget: Budget | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        *,
+        backoff_base_s: float = 0.5,
+        backoff_cap_s: float = 30.0,
+    ) -> None:
+        self.settings = settings
+        self.usage = Usage()
+        self._cache = cache
+        self._budget = budget
+        self._backoff_base_s = backoff_base_s
+        self._backoff_cap_s = backoff_cap_s
+        self._semaphore = asyncio.Semaphore(settings.max_concurrency)
+        # An absolute URL built once: httpx re-parses a relative one against base_url per call.
+        self._url = httpx.URL(settings.base_url.rstrip("/") + "/chat/completions")
+        self._http = httpx.AsyncClient(
+            headers=_auth_headers(settings.api_key_env),
+            timeout=httpx.Timeout(settings.timeout_s),
+            transport=transport or _default_transport(settings.max_concurrency),
+        )
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        """Answer from the cache when the call is deterministic, else call the judge.
+
+        Raises BudgetExhausted, before sending anything, when the budget is spent.
+        """
+        key = request_key(self.settings, request)
+        cache = self._cache if self.settings.temperature == 0 else None
+        stored = cache.get(key) if cache is not None else None
+        if stored is not None and _is_stored_completion(stored):
+            result = _interpret(stored["text"], request.schema)
+            result.cached = True
+        else:
+            result = await self._call(request, key, cache)
+        result.request_key = key
+        self.usage.add(result)
+        if result.error is not None:
+            _log.warning("judge call %s failed: %s", request.name, result.error)
+        return result
+
+    async def complete_many(self, requests: Iterable[ChatRequest]) -> list[ChatResult]:
+        """Complete all requests concurrently; results keep the order of `requests`.
+
+        If the budget runs out, the calls already in flight finish (and are cached) before
+        BudgetExhausted is raised, so a resumed job does not pay for them twice.
+        """
+        outcomes = await asyncio.gather(
+            *(self.complete(request) for request in requests), return_exceptions=True
+        )
+        results: list[ChatResult] = []
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+            results.append(outcome)
+        return results
+
+    async def _call(self, request: ChatRequest, key: str, cache: JudgeCache | None) -> ChatResult:
+        async with self._semaphore:
+            if self._budget is not None:
+                self._budget.claim()
+            started = time.perf_counter()
+            try:
+                payload = _payload(self.settings, request)
+                response = await self._post_with_retries(payload, request.name)
+                text, tokens_in, tokens_out = _read_completion(response)
+            except _CallFailed as failure:
+                return ChatResult(None, None, str(failure), latency_s=time.perf_counter() - started)
+            latency_s = time.perf_counter() - started
+        cost = (
+            tokens_in * self.settings.price_in_per_mtok
+            + tokens_out * self.settings.price_out_per_mtok
+        ) / 1_000_000
+        if self._budget is not None:
+            self._budget.spend(cost)
+        if cache is not None:
+            # Output that fails the schema is stored too: at temperature 0, asking again would
+            # pay for the same answer. Failed requests are not stored; they may succeed later.
+            stored = {"text": text, "tokens_in": tokens_in, "tokens_out": tokens_out, "cost": cost}
+            cache.put(key, stored)
+        result = _interpret(text, request.schema)
+        result.tokens_in, result.tokens_out, result.cost = tokens_in, tokens_out, cost
+        result.latency_s = latency_s
+        return result
+
+    async def _post_with_retries(self, payload: dict[str, Any], name: str) -> httpx.Response:
+        """POST until a 200, a failure not worth retrying, or max_retries retries."""
+        retries = 0
+        while True:
+            wait: float | None = None
+            try:
+                response = await self._http.post(self._url, json=payload)
+            except _TRANSIENT_ERRORS as exc:
+                problem = f"{type(exc).__name__}: {exc}".rstrip(": ")
+            else:
+                self.usage.calls += 1
+                if response.status_code == 200:
+                    return response
+                problem = _http_problem(response)
+                if not _is_retryable(response):
+                    raise _CallFailed(problem)
+                wait = retry_after_seconds(response.headers.get("retry-after"))
+            if retries >= self.settings.max_retries:
+                raise _CallFailed(f"gave up after {retries + 1} attempts; last: {problem}")
+            retries += 1
+            self.usage.retries += 1
+            delay = min(wait, self._backoff_cap_s) if wait is not None else self._backoff(retries)
+            _log.info("judge call %s: %s; retry %d in %.2fs", name, problem, retries, delay)
+            await asyncio.sleep(delay)
+
+    def _backoff(self, retry: int) -> float:
+        """Full jitter: spreads out clients that failed together so they do not retry together."""
+        return random.uniform(0, min(self._backoff_cap_s, self._backoff_base_s * 2 ** (retry - 1)))
+
+
+def request_key(settings: JudgeSettings, request: ChatRequest) -> str:
+    """sha256 over a canonical JSON of everything that shapes the judge's answer."""
+    material = {
+        "base_url": settings.base_url.rstrip("/"),
+        "model": settings.model,
+        "messages": list(request.messages),
+        "temperature": float(settings.temperature),
+        "max_tokens": settings.max_tokens,
+        "response_format": settings.response_format,
+        "schema": request.schema,
+        "seed": settings.seed,
+    }
+    canonical = json.dumps(material, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def retry_after_seconds(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds to wait per a Retry-After header (delay-seconds or an HTTP date), or None."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - (now or datetime.now(UTC))).total_seconds()
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+def _auth_headers(api_key_env: str | None) -> dict[str, str]:
+    if api_key_env is None:
+        return {}
+    key = os.environ.get(api_key_env)
+    if not key:
+        raise MissingApiKey(f"the judge API key variable {api_key_env} is not set or is empty")
+    return {"Authorization": f"Bearer {key}"}
+
+
+def _default_transport(max_concurrency: int) -> httpx.AsyncBaseTransport:
+    # One connection per call in flight: the semaphore, not the pool, is what makes calls wait.
+    limits = httpx.Limits(
+        max_connections=max_concurrency, max_keepalive_connections=max_concurrency
+    )
+    return AiohttpTransport(limits=limits)
+
+
+def _payload(settings: JudgeSettings, request: ChatRequest) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "model": settings.model,
+        "messages": list(request.messages),
+        "temperature": settings.temperature,
+        "max_tokens": settings.max_tokens,
+    }
+    if settings.seed is not None:
+        payload["seed"] = settings.seed
+    response_format = _response_format(settings.response_format, request.schema)
+    if response_format is not None:
+        payload["response_format"] = response_format
+    return payload
+
+
+def _response_format(
+    choice: ResponseFormat, schema: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """How to ask for JSON; free-text requests (no schema) ask for nothing."""
+    if schema is None or choice == "none":
+        return None
+    if choice == "json_object":
+        return {"type": "json_object"}
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": SCHEMA_NAME, "schema": wire_schema(schema), "strict": True},
+    }
+
+
+def _error_body(response: httpx.Response) -> dict[str, Any]:
+    """The OpenAI-style {"error": {...}} object, or {} when the body has none."""
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    error = body.get("error") if isinstance(body, dict) else None
+    return error if isinstance(error, dict) else {}
+
+
+def _http_problem(response: httpx.Response) -> str:
+    error = _error_body(response)
+    message = error.get("message") or response.text[:200] or response.reason_phrase
+    return f"HTTP {response.status_code}: {message}"
+
+
+def _is_retryable(response: httpx.Response) -> bool:
+    """429 and 5xx are transient, except a 429 saying the account is out of quota or credit,
+    which no amount of waiting fixes.
+
+    A structured code decides first: OpenAI's plain rate-limit messages have linked to the
+    billing page, so the words only decide when the provider sends no code.
+    """
+    if response.status_code >= 500:
+        return True
+    if response.status_code != 429:
+        return False
+    error = _error_body(response)
+    if "insufficient_quota" in (error.get("code"), error.get("type")):
+        return False
+    if error.get("code") == "rate_limit_exceeded":
+        return True
+    message = str(error.get("message", "")).lower()
+    return not any(word in message for word in _QUOTA_WORDS)
+
+
+def _read_completion(response: httpx.Response) -> tuple[str | None, int, int]:
+    """Content and token counts of a chat completion; raises _CallFailed if it is not one."""
+    try:
+        body = response.json()
+        content = body["choices"][0]["message"]["content"]
+        usage = body.get("usage") or {}
+        tokens_in = int(usage.get("prompt_tokens") or 0)
+        tokens_out = int(usage.get("completion_tokens") or 0)
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+        raise _CallFailed(f"invalid judge response: {type(exc).__name__}: {exc}") from exc
+    if content is not None and not isinstance(content, str):
+        raise _CallFailed(f"invalid judge response: content is {type(content).__name__}")
+    return content, tokens_in, tokens_out
+
+
+def _is_stored_completion(value: dict[str, Any]) -> bool:
+    """Whether a cache value holds a completion; anything else is treated as a miss."""
+    return "text" in value and isinstance(value["text"], str | None)
+
+
+def _interpret(text: str | None, schema: dict[str, Any] | None) -> ChatResult:
+    """Turn the judge's text into a result: parsed and valid, or an error keeping the text."""
+    if text is None:
+        return ChatResult(None, None, "judge returned no content")
+    if schema is None:
+        return ChatResult(text, None, None)
+    obj = extract_json_object(text)
+    if obj is None:
+        return ChatResult(text, None, "unparseable judge output: no JSON object found")
+    try:
+        return ChatResult(text, validate(obj, schema), None)
+    except OutputInvalid as exc:
+        return ChatResult(text, None, f"unparseable judge output: {exc}")

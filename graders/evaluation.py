@@ -1,0 +1,197 @@
+"""Evaluating grades against expert data with the exact metrics of DESIGN.md section 7, and
+meta-evaluating judges on labeled pairs (PADME)."""
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from graders.engine.metrics import (
+    EvaluatorRuns,
+    RankingPairs,
+    ScoredResponses,
+    evaluator_report,
+    harm_aware_accuracy,
+    harm_aware_accuracy_ci,
+    ranking_accuracy,
+    ranking_accuracy_ci,
+    ranking_pairs_from_scores,
+    tolerant_ranking_accuracy,
+    tolerant_ranking_accuracy_ci,
+    within_task_spearman,
+    within_task_spearman_ci,
+)
+from graders.models import Grade, GradingRun
+from labeling.agreement_stats import majority_vote
+from labeling.models import JudgeScore, Preference, Project, Score, ScoreProvider
+
+PAIRWISE_KINDS = {"pairwise", "pairwise_rubric"}
+
+
+def _with_ci(value: float, ci: Any) -> dict[str, Any]:
+    return {"value": value, "ci": [ci.low, ci.high]}
+
+
+def _pairs_metrics(pairs: RankingPairs, tol: float) -> dict[str, Any]:
+    metrics: dict[str, Any] = {
+        "pairs": len(pairs.task),
+        "tasks": len(set(pairs.task.tolist())),
+        "ranking_accuracy": _with_ci(ranking_accuracy(pairs), ranking_accuracy_ci(pairs)),
+        "tolerant_ranking_accuracy": _with_ci(
+            tolerant_ranking_accuracy(pairs, tol=tol), tolerant_ranking_accuracy_ci(pairs, tol=tol)
+        ),
+        "tolerance": tol,
+    }
+    if pairs.advantage_sign_lost is not None:
+        metrics["harm_aware_accuracy"] = _with_ci(
+            harm_aware_accuracy(pairs), harm_aware_accuracy_ci(pairs)
+        )
+    return metrics
+
+
+def _reference_scores(response_pks: list[int]) -> tuple[str, dict[int, float]] | None:
+    for provider in (ScoreProvider.TRUE_GRADER, ScoreProvider.EXPERT):
+        scores = dict(
+            Score.objects.filter(response_id__in=response_pks, provider=provider).values_list(
+                "response_id", "value"
+            )
+        )
+        if scores:
+            return str(provider), scores
+    return None
+
+
+def _preference_pairs(
+    response_pks: set[int], rewards: dict[int, float | None], task_of: dict[int, int]
+) -> RankingPairs | None:
+    """Human-majority non-tie pairs among the graded responses, winner first."""
+    votes: dict[tuple[int, int], list[str]] = defaultdict(list)
+    rows = Preference.objects.filter(
+        is_current=True,
+        provider="human",
+        response_a_id__in=response_pks,
+        response_b_id__in=response_pks,
+    ).values_list("response_a_id", "response_b_id", "choice")
+    for a, b, choice in rows:
+        low, high = sorted((a, b))
+        winner = {"a": a, "b": b}.get(choice)
+        votes[(low, high)].append(
+            "tie" if winner is None else ("first" if winner == low else "second")
+        )
+    oriented = []
+    for (low, high), categories in votes.items():
+        majority = majority_vote(categories)  # type: ignore[arg-type]
+        if majority in ("first", "second"):
+            oriented.append((low, high) if majority == "first" else (high, low))
+    if not oriented:
+        return None
+
+    def score(pk: int) -> float:
+        value = rewards.get(pk)
+        return np.nan if value is None else value
+
+    return RankingPairs(
+        task=np.array([task_of[w] for w, _ in oriented], dtype=np.int64),
+        winner_score=np.array([score(w) for w, _ in oriented], dtype=np.float64),
+        loser_score=np.array([score(loser) for _, loser in oriented], dtype=np.float64),
+    )
+
+
+def grading_evaluate(*, run: GradingRun) -> dict[str, Any]:
+    """Agreement of a run's rewards with the experts: against true-grader (or expert) scores
+    when the graded responses have them, else against human-majority preferences."""
+    rows = list(
+        Grade.objects.filter(run=run).values_list("response_id", "response__task_id", "reward")
+    )
+    rewards = {pk: reward for pk, _, reward in rows}
+    task_of = {pk: task for pk, task, _ in rows}
+    summary: dict[str, Any] = {
+        "graded": len(rows),
+        "failed": sum(1 for _, _, reward in rows if reward is None),
+    }
+    tol = 0.0 if run.metagrader.kind in PAIRWISE_KINDS else 0.1
+    reference = _reference_scores(list(rewards))
+    if reference is not None:
+        provider, truth = reference
+        scored = [pk for pk in rewards if pk in truth]
+        responses = ScoredResponses(
+            task=np.array([task_of[pk] for pk in scored], dtype=np.int64),
+            true=np.array([truth[pk] for pk in scored], dtype=np.float64),
+            pred=np.array(
+                [np.nan if rewards[pk] is None else rewards[pk] for pk in scored], dtype=np.float64
+            ),
+        )
+        pairs = ranking_pairs_from_scores(responses)
+        if len(pairs.task) == 0:
+            return summary | {"reference": provider, "note": "no pairs with different true scores"}
+        summary |= {"reference": provider, **_pairs_metrics(pairs, tol)}
+        try:
+            summary["within_task_spearman"] = _with_ci(
+                within_task_spearman(responses), within_task_spearman_ci(responses)
+            )
+        except ValueError:
+            summary["within_task_spearman"] = None
+        return summary
+    pairs = _preference_pairs(set(rewards), rewards, task_of)
+    if pairs is None:
+        return summary | {
+            "reference": None,
+            "note": "no expert scores or preferences to compare with",
+        }
+    return summary | {"reference": "human_preferences", **_pairs_metrics(pairs, tol)}
+
+
+META_EVAL_FIELDS = (
+    "pairs", "runs", "accuracy", "tie_rate", "leniency", "score_sd", "distinct_scores",
+    "stable", "always_tied", "wobbled", "flipped", "failed_runs",
+)  # fmt: skip
+
+
+def meta_eval_rows(
+    *, project: Project, reference: str = "synthetic", dimension: str | None = None
+) -> dict[str, Any]:
+    """One row per judge (and per judge and dimension) over the pairs the reference provider
+    labeled with a winner, scored from imported judge_score records (FORMATS.md)."""
+    preferences = Preference.objects.filter(
+        task__project=project, is_current=True, provider=reference
+    ).exclude(choice="tie")
+    if dimension is not None:
+        preferences = preferences.filter(dimension__name=dimension)
+    labeled: dict[str | None, set[tuple[int, int]]] = defaultdict(set)
+    for a, b, choice, dim in preferences.values_list(
+        "response_a_id", "response_b_id", "choice", "dimension__name"
+    ):
+        labeled[dim].add((a, b) if choice == "a" else (b, a))
+    scores: dict[tuple[str, str | None], dict[int, dict[int, float | None]]] = defaultdict(
+        lambda: defaultdict(dict)
+    )
+    needed = {pk for pairs in labeled.values() for pair in pairs for pk in pair}
+    for judge, dim, run, response, score in JudgeScore.objects.filter(
+        response_id__in=needed
+    ).values_list("judge", "dimension__name", "run", "response_id", "score"):
+        scores[(judge, dim)][run][response] = score
+
+    def row(judge: str, dims: list[str | None]) -> dict[str, Any] | None:
+        # Keys are (dimension, response): a judge scores a response once per dimension, and a
+        # pair is read with the scores of its own dimension.
+        pairs = [((d, w), (d, loser)) for d in dims for w, loser in sorted(labeled[d])]
+        indices = sorted({i for d in dims for i in scores.get((judge, d), {})})
+        if not pairs or not indices:
+            return None
+        runs = [
+            {
+                key: scores[(judge, key[0])].get(index, {}).get(key[1])
+                for pair in pairs
+                for key in pair
+            }
+            for index in indices
+        ]
+        report = evaluator_report(EvaluatorRuns(pairs=pairs, scores=runs))
+        values = {field: getattr(report, field) for field in META_EVAL_FIELDS}
+        return {"judge": judge, "dimension": dims[0] if len(dims) == 1 else None, **values}
+
+    judges = sorted({judge for judge, _ in scores})
+    dims = sorted(labeled, key=lambda d: (d is not None, d or ""))
+    overall = [r for judge in judges if (r := row(judge, dims)) is not None]
+    by_dimension = [r for judge in judges for d in dims if (r := row(judge, [d])) is not None]
+    return {"reference": reference, "rows": overall, "by_dimension": by_dimension}

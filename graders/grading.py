@@ -1,0 +1,307 @@
+"""Running a grading run: claim tasks in chunks, grade each chunk concurrently through the
+async judge client, store grades under unique constraints, report progress, stop on cancel or
+when the budget is spent, and resume where it stopped.
+
+Idempotency: a task is claimed with a conditional UPDATE (pending, or running but abandoned by
+a dead worker), grades are unique per run and response, and every deterministic judge answer is
+in the cache, so a redelivered or resumed run repeats no finished work and no judge call."""
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from graders.engine.judge import Budget, BudgetExhausted, JudgeClient, JudgeSettings, Usage
+from graders.engine.programs import (
+    Criterion,
+    DocumentInput,
+    GeneratedRubric,
+    Grade,
+    Program,
+    ResponseInput,
+    TaskInput,
+    grade_group_pairwise,
+    grade_rubric,
+    grade_scalar,
+    program_validate,
+    rubric_generate,
+)
+from graders.evaluation import grading_evaluate
+from graders.judge_cache import DatabaseJudgeCache
+from graders.models import Grade as GradeRow
+from graders.models import GradingItem, GradingRun, ItemStatus
+from graders.services import endpoint_settings
+from labeling.imports import rubric_items_replace
+from labeling.jobs import JobCancelled, job_finish, job_progress
+from labeling.models import AuthorKind, Job, JobStatus, Response, Rubric, Task
+
+CHUNK_TASKS = 8
+ABANDONED = timedelta(minutes=15)
+
+
+@dataclass(frozen=True)
+class TaskWork:
+    item_pk: int
+    task_pk: int
+    task: TaskInput
+    responses: tuple[ResponseInput, ...]
+    response_pks: dict[str, int]
+    rubric: tuple[Criterion, ...] | None
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    work: TaskWork
+    grades: tuple[Grade, ...]
+    generated: GeneratedRubric | None
+
+
+def rubric_origin(program: Program) -> str:
+    """Generated rubrics are stored per program, so a reviewed or re-run rubric is reused."""
+    return program.content_hash
+
+
+def _items_claim(run: GradingRun, size: int) -> list[GradingItem]:
+    now = timezone.now()
+    claimable = Q(status=ItemStatus.PENDING) | Q(
+        status=ItemStatus.RUNNING, claimed_at__lt=now - ABANDONED
+    )
+    claimed = []
+    for item in GradingItem.objects.filter(claimable, run=run).order_by("pk")[: size * 2]:
+        taken = GradingItem.objects.filter(claimable, pk=item.pk).update(
+            status=ItemStatus.RUNNING, claimed_at=now
+        )
+        if taken == 1:
+            claimed.append(item)
+        if len(claimed) == size:
+            break
+    return claimed
+
+
+def _work_load(items: Sequence[GradingItem], program: Program) -> list[TaskWork]:
+    tasks = Task.objects.in_bulk([item.task_id for item in items])
+    documents: dict[int, list[DocumentInput]] = {}
+    for task in tasks.values():
+        documents[task.pk] = [
+            DocumentInput(d.external_id, d.title, d.text) for d in task.documents.all()
+        ]
+    responses: dict[int, list[Response]] = {}
+    for response in Response.objects.filter(task_id__in=tasks).order_by("external_id"):
+        responses.setdefault(response.task_id, []).append(response)
+    rubrics: dict[int, tuple[Criterion, ...]] = {}
+    if program.rubric_steps:
+        stored = Rubric.objects.filter(
+            task_id__in=tasks, author_kind=AuthorKind.GENERATED, origin=rubric_origin(program)
+        ).prefetch_related("items")
+        for rubric in stored:
+            rubrics[rubric.task_id] = tuple(
+                Criterion(item.key, item.text, item.weight) for item in rubric.items.all()
+            )
+    work = []
+    for item in items:
+        task = tasks[item.task_id]
+        group = responses.get(task.pk, [])
+        work.append(
+            TaskWork(
+                item_pk=item.pk,
+                task_pk=task.pk,
+                task=TaskInput(
+                    task.external_id, task.prompt, task.instructions, tuple(documents[task.pk])
+                ),
+                responses=tuple(
+                    ResponseInput(
+                        r.external_id,
+                        r.content,
+                        None if r.messages is None else tuple(r.messages),
+                    )
+                    for r in group
+                ),
+                response_pks={r.external_id: r.pk for r in group},
+                rubric=rubrics.get(task.pk),
+            )
+        )
+    return work
+
+
+async def _task_grade(program: Program, judge: JudgeClient, work: TaskWork) -> TaskOutcome:
+    generated = None
+    rubric = work.rubric
+    if program.rubric_steps and rubric is None:
+        generated = await rubric_generate(program, work.task, judge)
+        if generated.error is not None:
+            failed = tuple(
+                Grade(r.id, None, f"rubric generation failed: {generated.error}", generated.trace)
+                for r in work.responses
+            )
+            return TaskOutcome(work, failed, generated)
+        rubric = generated.criteria
+    if program.kind in ("pairwise", "pairwise_rubric"):
+        grades = await grade_group_pairwise(
+            program, work.task, work.responses, judge, rubric=rubric
+        )
+    elif program.kind == "rubric":
+        assert rubric is not None
+        grades = list(
+            await asyncio.gather(
+                *(grade_rubric(program, work.task, rubric, r, judge) for r in work.responses)
+            )
+        )
+    else:
+        grades = list(
+            await asyncio.gather(
+                *(grade_scalar(program, work.task, r, judge) for r in work.responses)
+            )
+        )
+    return TaskOutcome(work, tuple(grades), generated)
+
+
+async def _chunk_grade(
+    program: Program,
+    settings: JudgeSettings,
+    cache: DatabaseJudgeCache,
+    budget: Budget,
+    work: list[TaskWork],
+) -> tuple[list[TaskOutcome], Usage]:
+    async with JudgeClient(settings, cache=cache, budget=budget) as judge:
+        outcomes = await asyncio.gather(*(_task_grade(program, judge, w) for w in work))
+    return list(outcomes), judge.usage
+
+
+def _trace_json(grade: Grade) -> list[dict[str, Any]]:
+    steps = list(grade.trace)
+    for comparison in grade.comparisons:
+        steps.extend(comparison.trace)
+    return [asdict(step) for step in steps]
+
+
+def _outcomes_store(run: GradingRun, program: Program, outcomes: list[TaskOutcome]) -> None:
+    with transaction.atomic():
+        for outcome in outcomes:
+            if outcome.generated is not None and outcome.generated.error is None:
+                rubric, created = Rubric.objects.get_or_create(
+                    task_id=outcome.work.task_pk,
+                    author_kind=AuthorKind.GENERATED,
+                    origin=rubric_origin(program),
+                )
+                if created:
+                    rubric_items_replace(
+                        rubric=rubric,
+                        items=[
+                            {"id": c.id, "text": c.text, "weight": c.weight}
+                            for c in outcome.generated.criteria
+                        ],
+                        editor=f"grader {run.metagrader_id}",
+                    )
+            GradeRow.objects.bulk_create(
+                [
+                    GradeRow(
+                        run=run,
+                        response_id=outcome.work.response_pks[grade.response_id],
+                        reward=grade.reward,
+                        error=grade.error or "",
+                        criteria=[
+                            {
+                                "id": c.criterion.id,
+                                "text": c.criterion.text,
+                                "weight": c.criterion.weight,
+                                "passed": c.passed,
+                                "error": c.error,
+                            }
+                            for c in grade.criteria
+                        ],
+                        trace=_trace_json(grade),
+                    )
+                    for grade in outcome.grades
+                ],
+                ignore_conflicts=True,  # a second delivery of the same task changes nothing
+            )
+            GradingItem.objects.filter(pk=outcome.work.item_pk).update(status=ItemStatus.DONE)
+
+
+def _usage_add(run: GradingRun, usage: Usage) -> None:
+    totals = dict(run.usage)
+    for key, value in usage.as_dict().items():
+        totals[key] = totals.get(key, 0) + value
+    run.usage = totals
+    run.save(update_fields=["usage"])
+    Job.objects.filter(pk=run.job_id).update(cost=round(totals.get("cost", 0.0), 6))
+
+
+def grading_run_execute(*, run_id: int) -> dict[str, Any]:
+    """Grade every task of the run not graded yet. Safe to call again at any time."""
+    run = GradingRun.objects.select_related("job", "metagrader", "endpoint").get(pk=run_id)
+    job = run.job
+    # A redelivery after a worker died finds the job already running and resumes it.
+    Job.objects.filter(pk=job.pk, status=JobStatus.QUEUED).update(
+        status=JobStatus.RUNNING, started_at=timezone.now()
+    )
+    job.refresh_from_db()
+    if job.status != JobStatus.RUNNING:
+        return {"run": run_id, "skipped": True}
+    program = program_validate(run.metagrader.program)
+    settings = endpoint_settings(run.endpoint)
+    spent = run.usage
+    budget = Budget(
+        max_calls=None
+        if run.max_calls is None
+        else max(0, run.max_calls - int(spent.get("calls", 0))),
+        max_cost=None
+        if run.max_cost is None
+        else max(0.0, run.max_cost - float(spent.get("cost", 0.0))),
+    )
+    total = GradingItem.objects.filter(run=run).count()
+    cache = DatabaseJudgeCache(settings.model)
+    try:
+        while True:
+            done = GradingItem.objects.filter(run=run, status=ItemStatus.DONE).count()
+            job_progress(job=job, stage="Grading tasks", done=done, total=total)
+            items = _items_claim(run, CHUNK_TASKS)
+            if not items:
+                break
+            try:
+                outcomes, usage = cache.run(
+                    _chunk_grade(program, settings, cache, budget, _work_load(items, program))
+                )
+            except BudgetExhausted:
+                GradingItem.objects.filter(pk__in=[i.pk for i in items]).update(
+                    status=ItemStatus.PENDING, claimed_at=None
+                )
+                job_finish(
+                    job=job,
+                    status=JobStatus.FAILED,
+                    error="Stopped: the budget is spent. Raise it and resume; finished tasks and "
+                    "cached judge answers are kept.",
+                )
+                return {"run": run_id, "status": "budget"}
+            _outcomes_store(run, program, outcomes)
+            _usage_add(run, usage)
+    except JobCancelled:
+        GradingItem.objects.filter(run=run, status=ItemStatus.RUNNING).update(
+            status=ItemStatus.PENDING, claimed_at=None
+        )
+        job_finish(job=job, status=JobStatus.CANCELLED, error="Cancelled; grades so far are kept.")
+        return {"run": run_id, "status": "cancelled"}
+    except Exception as exc:
+        job_finish(job=job, status=JobStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
+        raise
+    run.evaluation = grading_evaluate(run=run)
+    run.save(update_fields=["evaluation"])
+    job_progress(job=job, stage="Done", done=total, total=total)
+    job_finish(job=job, status=JobStatus.SUCCEEDED, result={"graded_tasks": total})
+    return {"run": run_id, "status": "succeeded"}
+
+
+def grading_run_resume(*, run: GradingRun) -> None:
+    """Queue a stopped (cancelled, failed or budget-spent) run again; finished tasks stay."""
+    from graders.tasks import grading_run_task
+
+    with transaction.atomic():
+        Job.objects.filter(pk=run.job_id).update(
+            status=JobStatus.QUEUED, cancel_requested=False, error="", finished_at=None
+        )
+        grading_run_task.delay_on_commit(run.pk)

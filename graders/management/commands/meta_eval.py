@@ -1,0 +1,50 @@
+"""``manage.py meta_eval --project SLUG [--dimension NAME] [--reference synthetic] [--json]``."""
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from graders.evaluation import meta_eval_rows
+from labeling.models import Project, Provider
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+class Command(BaseCommand):
+    help = "Meta-evaluate judges: how often their pointwise scores order labeled pairs correctly."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--project", required=True, metavar="SLUG")
+        parser.add_argument("--dimension", metavar="NAME")
+        parser.add_argument("--reference", choices=Provider.values, default=Provider.SYNTHETIC)
+        parser.add_argument("--json", action="store_true")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        project = Project.objects.filter(slug=options["project"]).first()
+        if project is None:
+            raise CommandError(f"project {options['project']!r} does not exist")
+        dimension = options["dimension"]
+        if dimension is not None and not project.dimensions.filter(name=dimension).exists():
+            raise CommandError(f"project {project.slug!r} has no dimension {dimension!r}")
+        report = meta_eval_rows(
+            project=project, reference=options["reference"], dimension=dimension
+        )
+        if options["json"]:
+            self.stdout.write(json.dumps(report, allow_nan=False))
+            return
+        if not report["rows"]:
+            self.stdout.write(
+                f"No judge scores on pairs labeled by provider {options['reference']!r}."
+            )
+            return
+        columns = ["judge", "dimension", "pairs", "runs", "accuracy", "tie_rate", "leniency",
+                   "score_sd", "distinct_scores", "stable", "always_tied", "wobbled", "flipped",
+                   "failed_runs"]  # fmt: skip
+        self.stdout.write("\t".join(columns))
+        for row in report["rows"] + report["by_dimension"]:
+            self.stdout.write("\t".join(_cell(row[c]) for c in columns))

@@ -1,0 +1,1 @@
+"""Fakes of external services for tests; nothing here reaches the internet."""

@@ -1,0 +1,517 @@
+"""The judge client against a fake OpenAI-compatible server on loopback (or httpx.MockTransport
+where only the request body or the response shape matters). No Django, no database.
+
+The `fake_judge` fixture comes from tests/fakes/openai_server.py via tests/conftest.py."""
+
+import asyncio
+import json
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from graders.engine.judge import (
+    Budget,
+    BudgetExhausted,
+    ChatRequest,
+    ChatResult,
+    JsonlFileCache,
+    JudgeCache,
+    JudgeClient,
+    JudgeSettings,
+    MemoryCache,
+    MissingApiKey,
+    Usage,
+    request_key,
+    retry_after_seconds,
+)
+from tests.fakes.openai_server import (
+    FakeJudgeServer,
+    Fault,
+    ReceivedRequest,
+    approx_tokens,
+)
+
+SCORE_SCHEMA = {
+    "type": "object",
+    "properties": {"score": {"type": "number", "minimum": 0, "maximum": 1}},
+    "required": ["score"],
+}
+
+
+def grade(text: str, schema: dict[str, Any] | None = SCORE_SCHEMA) -> ChatRequest:
+    return ChatRequest(
+        messages=(
+            {"role": "system", "content": "Grade the response. Reply with JSON."},
+            {"role": "user", "content": text},
+        ),
+        schema=schema,
+        name="test-grade",
+    )
+
+
+def settings_for(base_url: str, **overrides: Any) -> JudgeSettings:
+    return JudgeSettings(
+        base_url=base_url, **{"model": "judge-test", "api_key_env": None, **overrides}
+    )
+
+
+def run(
+    settings: JudgeSettings,
+    requests: Sequence[ChatRequest],
+    *,
+    cache: JudgeCache | None = None,
+    budget: Budget | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+    backoff_cap_s: float = 0.01,
+) -> tuple[list[ChatResult], Usage]:
+    """Complete `requests` with a fresh client whose retry waits are milliseconds."""
+
+    async def complete() -> tuple[list[ChatResult], Usage]:
+        async with JudgeClient(
+            settings, cache, budget, transport, backoff_base_s=0.001, backoff_cap_s=backoff_cap_s
+        ) as client:
+            return await client.complete_many(requests), client.usage
+
+    return asyncio.run(complete())
+
+
+def mock_transport(
+    received: list[dict[str, Any]],
+    *,
+    content: str = '{"score": 0.5}',
+    usage: dict[str, int] | None = None,
+) -> httpx.MockTransport:
+    """A transport that records request bodies and answers one chat completion."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        received.append(json.loads(request.content))
+        body = {
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": content},
+                    "finish_reason": "stop",
+                }
+            ]
+        }
+        if usage is not None:
+            body["usage"] = usage
+        return httpx.Response(200, json=body)
+
+    return httpx.MockTransport(answer)
+
+
+# Retries
+
+
+def test_429_waits_for_retry_after_then_succeeds(fake_judge: FakeJudgeServer) -> None:
+    fake_judge.script(Fault("rate_limited", retry_after="0.3"))
+    started = time.perf_counter()
+    [result], usage = run(settings_for(fake_judge.base_url), [grade("a")], backoff_cap_s=1.0)
+    # Jittered backoff alone would wait at most 1 ms: the 0.3 s came from Retry-After.
+    assert time.perf_counter() - started >= 0.3
+    assert result.parsed == {"score": 1.0}
+    assert (fake_judge.call_count, usage.calls, usage.retries) == (2, 2, 1)
+
+
+def test_retry_after_accepts_seconds_and_http_dates() -> None:
+    now = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+    assert retry_after_seconds("2", now) == 2.0
+    assert retry_after_seconds("Sun, 01 Mar 2026 12:00:05 GMT", now) == 5.0
+    assert retry_after_seconds("Sun, 01 Mar 2026 11:00:00 GMT", now) == 0.0
+    assert retry_after_seconds("soon", now) is None
+    assert retry_after_seconds(None, now) is None
+
+
+@pytest.mark.parametrize(
+    ("fault", "error"),
+    [
+        ("insufficient_quota", "HTTP 429: You exceeded your current quota"),
+        ("bad_request", "HTTP 400: Invalid schema"),
+    ],
+)
+def test_quota_and_client_errors_are_not_retried(
+    fake_judge: FakeJudgeServer, fault: Any, error: str
+) -> None:
+    fake_judge.script(Fault(fault))
+    [result], usage = run(settings_for(fake_judge.base_url), [grade("a")])
+    assert result.error is not None and result.error.startswith(error)
+    assert result.parsed is None
+    assert (fake_judge.call_count, usage.retries, usage.failures) == (1, 0, 1)
+
+
+def answers(*responses: httpx.Response) -> tuple[httpx.MockTransport, list[httpx.Request]]:
+    """A transport that gives these responses in order, and the list of requests it saw."""
+    queue, seen = list(responses), []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return queue.pop(0)
+
+    return httpx.MockTransport(answer), seen
+
+
+@pytest.mark.parametrize(
+    ("error", "retried"),
+    [
+        (
+            {
+                "message": "Rate limit reached. Add a payment method at https://platform.openai.com/account/billing.",
+                "code": "rate_limit_exceeded",
+            },
+            True,
+        ),
+        ({"message": "Quota exceeded for this project; check your billing."}, False),
+        ({"message": "Too many requests."}, True),
+    ],
+    ids=["rate-limit-code-wins-over-words", "quota-words-without-code", "plain"],
+)
+def test_429_classification_prefers_the_error_code(error: dict[str, Any], retried: bool) -> None:
+    completion = {"choices": [{"message": {"content": '{"score": 0.5}'}}]}
+    transport, seen = answers(
+        httpx.Response(429, json={"error": error}), httpx.Response(200, json=completion)
+    )
+    [result], _ = run(settings_for("http://judge.test/v1"), [grade("a")], transport=transport)
+    assert (len(seen), result.ok) == ((2, True) if retried else (1, False))
+
+
+@pytest.mark.parametrize(
+    "faults",
+    [
+        [Fault("server_error"), Fault("unavailable")],
+        [Fault("hang")],
+        [Fault("truncated_body")],
+    ],
+    ids=["500-then-503", "timeout", "truncated-body"],
+)
+def test_transient_failures_are_retried_until_success(
+    fake_judge: FakeJudgeServer, faults: list[Fault]
+) -> None:
+    fake_judge.script(*faults)
+    [result], usage = run(settings_for(fake_judge.base_url, timeout_s=0.2), [grade("a")])
+    assert result.parsed == {"score": 1.0}
+    assert fake_judge.call_count == len(faults) + 1
+    assert usage.retries == len(faults)
+
+
+def test_gives_up_after_max_retries_with_a_recorded_failure(fake_judge: FakeJudgeServer) -> None:
+    fake_judge.script(*[Fault("server_error")] * 3)
+    [result], usage = run(settings_for(fake_judge.base_url, max_retries=2), [grade("a")])
+    assert (
+        result.error
+        == "gave up after 3 attempts; last: HTTP 500: The server had an error while processing your request."
+    )
+    assert result.parsed is None
+    assert (fake_judge.call_count, usage.retries, usage.failures) == (3, 2, 1)
+
+
+# Output
+
+
+@pytest.mark.parametrize(
+    ("fault", "error"),
+    [
+        ("malformed_json", "unparseable judge output: no JSON object found"),
+        ("non_json", "unparseable judge output: no JSON object found"),
+    ],
+)
+def test_unusable_output_is_a_failure_never_a_score(
+    fake_judge: FakeJudgeServer, fault: Any, error: str
+) -> None:
+    fake_judge.script(Fault(fault))
+    [result], usage = run(settings_for(fake_judge.base_url), [grade("a")])
+    assert (result.parsed, result.error) == (None, error)
+    assert result.text  # what the judge wrote is kept for the person reading the failure
+    assert usage.failures == 1
+
+
+def test_output_outside_the_schema_is_a_failure_naming_the_rule(
+    fake_judge: FakeJudgeServer,
+) -> None:
+    fake_judge.responder = lambda body: 'Sure! ```json\n{"score": 1.7}\n```'
+    [result], _ = run(settings_for(fake_judge.base_url), [grade("a")])
+    assert result.parsed is None
+    assert result.error == "unparseable judge output: score: 1.7 is above the maximum 1"
+
+
+def test_responder_scores_by_prompt_content(fake_judge: FakeJudgeServer) -> None:
+    def score_if_documents_present(body: dict[str, Any]) -> str:
+        prompt = " ".join(message["content"] for message in body["messages"])
+        return '{"score": 0.9}' if "DOCUMENT: clause 4.2" in prompt else '{"score": 0.1}'
+
+    fake_judge.responder = score_if_documents_present
+    results, _ = run(
+        settings_for(fake_judge.base_url),
+        [grade("DOCUMENT: clause 4.2 ..."), grade("no documents")],
+    )
+    assert [result.parsed for result in results] == [{"score": 0.9}, {"score": 0.1}]
+    assert fake_judge.any_prompt_contains("clause 4.2")
+    assert not fake_judge.any_prompt_contains("secret reference answer")
+
+
+def test_free_text_request_is_returned_unparsed() -> None:
+    received: list[dict[str, Any]] = []
+    [result], _ = run(
+        settings_for("http://judge.test/v1"),
+        [grade("a", schema=None)],
+        transport=mock_transport(received, content="Plain words."),
+    )
+    assert (result.text, result.parsed, result.error) == ("Plain words.", None, None)
+    assert "response_format" not in received[0]
+
+
+def test_a_200_that_is_not_a_chat_completion_is_a_failure_and_not_cached() -> None:
+    transport = httpx.MockTransport(
+        lambda request: httpx.Response(200, json={"object": "list", "data": []})
+    )
+    cache = MemoryCache()
+    [result], usage = run(
+        settings_for("http://judge.test/v1"), [grade("a")], cache=cache, transport=transport
+    )
+    assert result.error is not None and result.error.startswith("invalid judge response: KeyError")
+    assert (len(cache), usage.failures) == (0, 1)
+
+
+# Cache
+
+
+def test_rerun_of_finished_work_makes_no_http_calls(fake_judge: FakeJudgeServer) -> None:
+    settings = settings_for(fake_judge.base_url, price_in_per_mtok=1.0, price_out_per_mtok=1.0)
+    requests = [grade(f"response {index}") for index in range(10)]
+    cache = MemoryCache()
+    first, first_usage = run(settings, requests, cache=cache)
+    second, second_usage = run(settings, requests, cache=cache)
+    assert fake_judge.call_count == 10
+    assert (first_usage.calls, first_usage.cache_hits) == (10, 0)
+    assert (
+        second_usage.calls,
+        second_usage.cache_hits,
+        second_usage.cost,
+        second_usage.tokens_in,
+    ) == (0, 10, 0.0, 0)
+    assert [result.parsed for result in second] == [result.parsed for result in first]
+    assert all(result.cached and result.cost == 0 for result in second)
+    assert [result.request_key for result in second] == [result.request_key for result in first]
+
+
+def test_failed_calls_are_not_cached_so_a_rerun_retries_them(fake_judge: FakeJudgeServer) -> None:
+    fake_judge.script(Fault("bad_request"))
+    cache = MemoryCache()
+    [failed], _ = run(settings_for(fake_judge.base_url), [grade("a")], cache=cache)
+    [retried], _ = run(settings_for(fake_judge.base_url), [grade("a")], cache=cache)
+    assert (failed.ok, retried.ok, retried.cached, fake_judge.call_count) == (False, True, False, 2)
+
+
+def test_unparseable_output_is_cached_and_stays_a_failure(fake_judge: FakeJudgeServer) -> None:
+    fake_judge.script(Fault("non_json"))
+    cache = MemoryCache()
+    run(settings_for(fake_judge.base_url), [grade("a")], cache=cache)
+    [again], usage = run(settings_for(fake_judge.base_url), [grade("a")], cache=cache)
+    assert (again.cached, again.parsed, usage.failures, fake_judge.call_count) == (True, None, 1, 1)
+
+
+def test_temperature_above_zero_bypasses_the_cache(fake_judge: FakeJudgeServer) -> None:
+    settings = settings_for(fake_judge.base_url, temperature=0.7)
+    cache = MemoryCache()
+    run(settings, [grade("a")], cache=cache)
+    [result], usage = run(settings, [grade("a")], cache=cache)
+    assert (fake_judge.call_count, usage.cache_hits, result.cached, len(cache)) == (2, 0, False, 0)
+
+
+def test_jsonl_file_cache_persists_across_clients(
+    fake_judge: FakeJudgeServer, tmp_path: Path
+) -> None:
+    path = tmp_path / "cache" / "judge.jsonl"
+    settings = settings_for(fake_judge.base_url)
+    run(settings, [grade("a"), grade("b")], cache=JsonlFileCache(path))
+    with path.open("a") as torn:
+        torn.write('{"key": "half a line')  # a job killed mid-write
+    results, usage = run(settings, [grade("a"), grade("b")], cache=JsonlFileCache(path))
+    assert (fake_judge.call_count, usage.cache_hits) == (2, 2)
+    assert [result.parsed for result in results] == [{"score": 1.0}, {"score": 1.0}]
+
+
+def test_request_key_covers_what_shapes_the_answer_and_not_the_label() -> None:
+    settings = settings_for("http://judge.test/v1")
+    base = request_key(settings, grade("a"))
+    assert request_key(settings_for("http://judge.test/v1/"), grade("a")) == base
+    assert (
+        request_key(settings, ChatRequest(grade("a").messages, SCORE_SCHEMA, name="other")) == base
+    )
+    changed = [
+        request_key(settings_for("http://other.test/v1"), grade("a")),
+        request_key(settings_for("http://judge.test/v1", model="judge-2"), grade("a")),
+        request_key(settings, grade("b")),
+        request_key(settings_for("http://judge.test/v1", max_tokens=10), grade("a")),
+        request_key(settings_for("http://judge.test/v1", seed=1), grade("a")),
+        request_key(
+            settings_for("http://judge.test/v1", response_format="json_object"), grade("a")
+        ),
+        request_key(settings, grade("a", schema={"type": "object"})),
+    ]
+    assert len({base, *changed}) == len(changed) + 1
+
+
+# Budget
+
+
+def test_budget_stops_new_calls_and_still_serves_cache_hits(fake_judge: FakeJudgeServer) -> None:
+    budget = Budget(max_calls=3)
+    cache = MemoryCache()
+    settings = settings_for(fake_judge.base_url, max_concurrency=2)
+    with pytest.raises(BudgetExhausted, match="call budget of 3 spent"):
+        run(settings, [grade(f"r{index}") for index in range(6)], cache=cache, budget=budget)
+    assert fake_judge.call_count == 3
+    assert len(cache) == 3  # the calls that started finished and were kept
+    results, _ = run(settings, [grade("r0"), grade("r1"), grade("r2")], cache=cache, budget=budget)
+    assert all(result.cached for result in results) and fake_judge.call_count == 3
+
+
+def test_cost_budget_stops_once_spent() -> None:
+    received: list[dict[str, Any]] = []
+    transport = mock_transport(received, usage={"prompt_tokens": 1000, "completion_tokens": 0})
+    settings = settings_for("http://judge.test/v1", price_in_per_mtok=1000.0, max_concurrency=1)
+    budget = Budget(max_cost=2.5)  # each call costs 1.0
+    with pytest.raises(BudgetExhausted, match=r"cost budget of 2\.5 spent"):
+        run(
+            settings, [grade(f"r{index}") for index in range(5)], budget=budget, transport=transport
+        )
+    assert (len(received), budget.cost_spent) == (3, 3.0)
+
+
+# Concurrency and accounting
+
+
+def test_concurrency_limit_bounds_calls_in_flight(fake_judge: FakeJudgeServer) -> None:
+    fake_judge.latency_s = 0.05
+    results, _ = run(
+        settings_for(fake_judge.base_url, max_concurrency=4),
+        [grade(f"r{index}") for index in range(20)],
+    )
+    assert all(result.ok for result in results)
+    assert fake_judge.max_in_flight == 4
+
+
+def test_tokens_and_cost_come_from_usage_and_prices() -> None:
+    received: list[dict[str, Any]] = []
+    transport = mock_transport(received, usage={"prompt_tokens": 1000, "completion_tokens": 200})
+    settings = settings_for("http://judge.test/v1", price_in_per_mtok=2.5, price_out_per_mtok=10.0)
+    results, usage = run(settings, [grade("a"), grade("b"), grade("c")], transport=transport)
+    assert [result.cost for result in results] == [pytest.approx(0.0045)] * 3
+    assert (usage.calls, usage.tokens_in, usage.tokens_out) == (3, 3000, 600)
+    assert usage.cost == pytest.approx(0.0135)
+    assert usage.latency_s == pytest.approx(sum(result.latency_s for result in results))
+
+
+def test_fake_server_usage_is_read_from_the_response(fake_judge: FakeJudgeServer) -> None:
+    [result], usage = run(settings_for(fake_judge.base_url), [grade("a")])
+    prompt = "".join(message["content"] for message in grade("a").messages)
+    assert (result.tokens_in, result.tokens_out) == (
+        approx_tokens(prompt),
+        approx_tokens('{"score": 1.0}'),
+    )
+    assert usage.as_dict()["tokens_in"] == result.tokens_in
+
+
+# Authorization and request shape
+
+
+def test_missing_api_key_variable_is_named_in_the_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("JUDGE_TEST_KEY", raising=False)
+    with pytest.raises(MissingApiKey, match="JUDGE_TEST_KEY"):
+        JudgeClient(
+            JudgeSettings(base_url="http://judge.test/v1", model="m", api_key_env="JUDGE_TEST_KEY")
+        )
+
+
+def test_api_key_is_sent_as_bearer_token(
+    fake_judge: FakeJudgeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JUDGE_TEST_KEY", "sk-test-123")
+    with_key = JudgeSettings(base_url=fake_judge.base_url, model="m", api_key_env="JUDGE_TEST_KEY")
+    run(with_key, [grade("a")])
+    run(settings_for(fake_judge.base_url), [grade("b")])
+    keyed, anonymous = fake_judge.requests
+    assert keyed.headers["authorization"] == "Bearer sk-test-123"
+    assert "authorization" not in anonymous.headers
+    assert keyed.path == "/v1/chat/completions"
+
+
+@pytest.mark.parametrize(
+    ("choice", "expected"),
+    [
+        (
+            "json_schema",
+            {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": "judge_output",
+                    "schema": {
+                        "type": "object",
+                        "properties": {"score": {"type": "number", "maximum": 1}},
+                    },
+                    "strict": True,
+                },
+            },
+        ),
+        ("json_object", {"type": "json_object"}),
+        ("none", None),
+    ],
+)
+def test_response_format_payload_shapes(choice: Any, expected: dict[str, Any] | None) -> None:
+    received: list[dict[str, Any]] = []
+    schema = {
+        "type": "object",
+        "properties": {"score": {"type": "number", "maximum": 1, "x-clamp": True}},
+    }
+    settings = settings_for("http://judge.test/v1", response_format=choice, max_tokens=300, seed=7)
+    run(settings, [grade("a", schema=schema)], transport=mock_transport(received))
+    [body] = received
+    assert body.get("response_format") == expected
+    assert (body["model"], body["temperature"], body["max_tokens"], body["seed"]) == (
+        "judge-test",
+        0.0,
+        300,
+        7,
+    )
+    assert body["messages"] == list(grade("a").messages)
+
+
+def test_seed_none_is_left_out_of_the_request() -> None:
+    received: list[dict[str, Any]] = []
+    run(
+        settings_for("http://judge.test/v1", seed=None),
+        [grade("a")],
+        transport=mock_transport(received),
+    )
+    assert "seed" not in received[0]
+
+
+def test_settings_reject_an_unknown_response_format() -> None:
+    with pytest.raises(ValueError, match="unknown response_format 'xml'"):
+        settings_for("http://judge.test/v1", response_format="xml")
+
+
+def test_fake_server_records_requests_for_assertions(fake_judge: FakeJudgeServer) -> None:
+    run(settings_for(fake_judge.base_url), [grade("a")])
+    [received] = fake_judge.requests
+    assert isinstance(received, ReceivedRequest)
+    assert received.body["model"] == "judge-test"
+
+
+def test_results_keep_request_order_under_jittered_latency(fake_judge: FakeJudgeServer) -> None:
+    def echo_index(body: dict[str, Any]) -> str:
+        return json.dumps({"score": int(body["messages"][-1]["content"]) / 100})
+
+    fake_judge.latency_s, fake_judge.jitter_s = 0.02, 0.02
+    fake_judge.responder = echo_index
+    results, _ = run(
+        settings_for(fake_judge.base_url, max_concurrency=8),
+        [grade(str(index)) for index in range(24)],
+    )
+    assert [result.parsed for result in results] == [{"score": index / 100} for index in range(24)]

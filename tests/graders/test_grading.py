@@ -1,0 +1,237 @@
+"""Grading runs end to end: the real engine over real HTTP to the fake judge, grades stored,
+evaluated with the exact metrics, and reruns that make no new judge calls."""
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from graders.engine.baseline import baseline_program
+from graders.grading import grading_run_execute, grading_run_resume
+from graders.models import Grade, GradingRun, JudgeCall, JudgeEndpoint
+from graders.services import grading_run_start, metagrader_register
+from labeling.imports import jsonl_import
+from labeling.jobs import job_cancel
+from labeling.models import Job, Project, Rubric
+from tests.fakes.openai_server import FakeJudgeServer
+from tests.labeling.helpers import write_jsonl
+
+pytestmark = pytest.mark.django_db
+
+
+def last_user_text(body: dict[str, Any]) -> str:
+    return str(body["messages"][-1]["content"])
+
+
+def quality_responder(body: dict[str, Any]) -> str:
+    """Scores by the quality word the fenced response carries; writes rubrics; compares."""
+    text = last_user_text(body)
+    schema = json.dumps(body.get("response_format", {}))
+    if '"criteria"' in schema:
+        return json.dumps(
+            {
+                "criteria": [
+                    {"text": "States the cap.", "weight": 2},
+                    {"text": "Cites clause 4.", "weight": 1},
+                ]
+            }
+        )
+    if '"winner"' in schema:
+        first = text.index("Response A")
+        a_good = "GOOD" in text[first : text.index("Response B")]
+        return json.dumps({"winner": "a" if a_good else "b"})
+    if '"verdict"' in schema:
+        return json.dumps({"verdict": "GOOD" in text})
+    return json.dumps({"score": 0.9 if "GOOD" in text else (0.5 if "OKAY" in text else 0.1)})
+
+
+@pytest.fixture
+def graded_project(project: Project, tmp_path: Path) -> Project:
+    records: list[dict[str, Any]] = []
+    for t in range(3):
+        records.append({"type": "task", "id": f"t{t}", "prompt": f"Review contract {t}", "split": "eval",
+                        "domain": "legal" if t < 2 else "finance",
+                        "documents": [{"id": "spa", "title": "SPA", "text": "Clause 4: cap of 10%."}]})  # fmt: skip
+        for r, (word, truth) in enumerate((("GOOD", 0.9), ("OKAY", 0.5), ("POOR", 0.2))):
+            records.append(
+                {
+                    "type": "response",
+                    "id": f"t{t}/r{r}",
+                    "task": f"t{t}",
+                    "content": f"{word} answer {t}",
+                }
+            )
+            records.append({"type": "score", "response": f"t{t}/r{r}", "value": truth})
+    jsonl_import(project=project, path=write_jsonl(tmp_path / "g.jsonl", records))
+    return project
+
+
+@pytest.fixture
+def judge(graded_project: Project, fake_judge: FakeJudgeServer) -> JudgeEndpoint:
+    fake_judge.responder = quality_responder
+    return JudgeEndpoint.objects.create(
+        project=graded_project,
+        name="fake",
+        base_url=fake_judge.base_url,
+        model="fake-judge",
+        is_default=True,
+    )
+
+
+def run_for(project: Project, endpoint: JudgeEndpoint, kind: str, **kwargs: Any) -> GradingRun:
+    grader = metagrader_register(
+        project=project, program=baseline_program(kind).to_json(), origin="baseline"
+    )
+    return grading_run_start(
+        project=project, metagrader=grader, endpoint=endpoint, split="eval", **kwargs
+    )
+
+
+def test_scalar_run_grades_evaluates_and_reruns_for_free(
+    graded_project: Project, judge: JudgeEndpoint, fake_judge: FakeJudgeServer
+) -> None:
+    run = run_for(graded_project, judge, "scalar")
+    assert grading_run_execute(run_id=run.pk)["status"] == "succeeded"
+    rewards = dict(Grade.objects.filter(run=run).values_list("response__external_id", "reward"))
+    assert rewards["t0/r0"] == 0.9 and rewards["t0/r1"] == 0.5 and rewards["t0/r2"] == 0.1
+    trace = Grade.objects.get(run=run, response__external_id="t0/r0").trace
+    assert trace[0]["text"] == '{"score": 0.9}' and "GOOD answer 0" in json.dumps(
+        trace[0]["messages"]
+    )
+    run.refresh_from_db()
+    # 3 tasks x 3 pairs, each ordered correctly: every metric is 1 and so is its interval.
+    assert run.evaluation["reference"] == "true_grader" and run.evaluation["pairs"] == 9
+    assert run.evaluation["ranking_accuracy"] == {"value": 1.0, "ci": [1.0, 1.0]}
+    assert run.evaluation["harm_aware_accuracy"]["value"] == 1.0
+    assert run.evaluation["within_task_spearman"]["value"] == 1.0
+    assert run.job.status == "succeeded" and run.job.done == 3 and run.usage["calls"] == 9
+    calls = fake_judge.call_count
+    again = run_for(graded_project, judge, "scalar")
+    grading_run_execute(run_id=again.pk)
+    assert fake_judge.call_count == calls  # every answer came from the cache
+    again.refresh_from_db()
+    assert again.usage["cache_hits"] == 9 and again.usage["calls"] == 0
+    assert grading_run_execute(run_id=run.pk)["skipped"]  # a second delivery does nothing
+
+
+def test_rubric_run_generates_each_rubric_once_and_stores_it(
+    graded_project: Project, judge: JudgeEndpoint
+) -> None:
+    run = run_for(graded_project, judge, "rubric")
+    grading_run_execute(run_id=run.pk)
+    rubrics = Rubric.objects.filter(author_kind="generated")
+    assert rubrics.count() == 3
+    assert list(rubrics.first().items.values_list("text", "weight")) == [
+        ("States the cap.", 2.0),
+        ("Cites clause 4.", 1.0),
+    ]
+    grade = Grade.objects.get(run=run, response__external_id="t1/r0")
+    assert grade.reward == 1.0 and [c["passed"] for c in grade.criteria] == [True, True]
+    assert Grade.objects.get(run=run, response__external_id="t1/r2").reward == 0.0
+    assert JudgeCall.objects.filter(result__text__icontains="criteria").count() == 3
+
+
+def test_pairwise_run_turns_groups_into_win_rates(
+    graded_project: Project, judge: JudgeEndpoint
+) -> None:
+    run = run_for(graded_project, judge, "pairwise")
+    grading_run_execute(run_id=run.pk)
+    rewards = dict(Grade.objects.filter(run=run).values_list("response__external_id", "reward"))
+    # GOOD wins its 4 comparisons (2 opponents x 2 orders): 1.0. The judge here only knows
+    # GOOD from not-GOOD, so OKAY vs POOR goes to whichever is shown as B: 1 of 2 each, and
+    # each also loses both to GOOD: (0 + 0 + 1 + 0) / 4... computed per opponent as win rate.
+    assert rewards["t0/r0"] == 1.0
+    assert rewards["t0/r1"] == rewards["t0/r2"] == 0.25
+    run.refresh_from_db()
+    assert run.evaluation["tolerance"] == 0.0
+
+
+def test_budget_stops_cleanly_and_resume_finishes_without_repeating_calls(
+    graded_project: Project, judge: JudgeEndpoint, fake_judge: FakeJudgeServer
+) -> None:
+    run = run_for(graded_project, judge, "scalar", max_calls=4)
+    assert grading_run_execute(run_id=run.pk)["status"] == "budget"
+    run.refresh_from_db()
+    assert run.job.status == "failed" and "budget is spent" in run.job.error
+    answered = JudgeCall.objects.count()
+    assert answered <= 4 and fake_judge.call_count == answered
+    GradingRun.objects.filter(pk=run.pk).update(max_calls=None)
+    grading_run_resume(run=run)
+    assert grading_run_execute(run_id=run.pk)["status"] == "succeeded"
+    assert fake_judge.call_count == 9  # the answers cached before the stop were not asked again
+    assert Grade.objects.filter(run=run).count() == 9
+
+
+def test_cancel_stops_the_run_and_keeps_it_resumable(
+    graded_project: Project, judge: JudgeEndpoint
+) -> None:
+    run = run_for(graded_project, judge, "scalar")
+    Job.objects.filter(pk=run.job_id).update(status="running")
+    job_cancel(job=run.job)
+    assert grading_run_execute(run_id=run.pk)["status"] == "cancelled"
+    assert Grade.objects.filter(run=run).count() == 0
+
+
+def test_failed_parses_are_recorded_failures_never_scores(
+    graded_project: Project, judge: JudgeEndpoint, fake_judge: FakeJudgeServer
+) -> None:
+    fake_judge.responder = lambda body: "I would rate this highly."
+    run = run_for(graded_project, judge, "scalar")
+    grading_run_execute(run_id=run.pk)
+    grades = Grade.objects.filter(run=run)
+    assert grades.count() == 9 and all(g.reward is None and g.error for g in grades)
+    run.refresh_from_db()
+    assert run.evaluation["failed"] == 9 and run.evaluation["ranking_accuracy"]["value"] == 0.0
+
+
+def test_evaluate_command_reports_the_latest_finished_run(
+    graded_project: Project, judge: JudgeEndpoint
+) -> None:
+    run = run_for(graded_project, judge, "scalar")
+    with pytest.raises(CommandError, match="no finished run"):
+        call_command("evaluate", project="acme", grader=run.metagrader_id)
+    grading_run_execute(run_id=run.pk)
+    out = io.StringIO()
+    call_command("evaluate", project="acme", grader=run.metagrader_id, json=True, stdout=out)
+    report = json.loads(out.getvalue())
+    assert report["run"] == run.pk and report["ranking_accuracy"]["value"] == 1.0
+
+
+def test_meta_eval_by_hand(project: Project, tmp_path: Path) -> None:
+    records: list[dict[str, Any]] = [{"type": "task", "id": "t", "prompt": "p"}]
+    records += [
+        {"type": "response", "id": f"r{i}", "task": "t", "content": str(i)} for i in range(4)
+    ]
+    records += [
+        {"type": "preference", "a": "r0", "b": "r1", "choice": "a", "provider": "synthetic", "annotator": "gen"},
+        {"type": "preference", "a": "r2", "b": "r3", "choice": "b", "provider": "synthetic", "annotator": "gen"},
+        # judge j: run 0 orders both pairs right; run 1 ties the first and fails on r3.
+        {"type": "judge_score", "judge": "j", "response": "r0", "run": 0, "score": 0.9},
+        {"type": "judge_score", "judge": "j", "response": "r1", "run": 0, "score": 0.2},
+        {"type": "judge_score", "judge": "j", "response": "r2", "run": 0, "score": 0.1},
+        {"type": "judge_score", "judge": "j", "response": "r3", "run": 0, "score": 0.6},
+        {"type": "judge_score", "judge": "j", "response": "r0", "run": 1, "score": 0.5},
+        {"type": "judge_score", "judge": "j", "response": "r1", "run": 1, "score": 0.5},
+        {"type": "judge_score", "judge": "j", "response": "r2", "run": 1, "score": 0.1},
+        {"type": "judge_score", "judge": "j", "response": "r3", "run": 1, "score": None},
+    ]  # fmt: skip
+    jsonl_import(project=project, path=write_jsonl(tmp_path / "m.jsonl", records))
+    out = io.StringIO()
+    call_command("meta_eval", project="acme", json=True, stdout=out)
+    (row,) = json.loads(out.getvalue())["rows"]
+    # 4 runs (2 pairs x 2 runs): correct = run 0 both -> 2; run 1: tie, failed -> 0. 2/4.
+    # Tie rate: 1 tie of 4. Leniency: the 7 emitted scores sum to 2.9 -> 2.9 / 7.
+    # Stability: pair 1 correct then tied -> wobbled; pair 2 picked r3 once, failed once ->
+    # stable (failed runs are left out). Distinct: 0.9 0.2 0.1 0.6 0.5 -> 5.
+    assert (row["pairs"], row["runs"], row["accuracy"], row["tie_rate"], row["failed_runs"]) == (
+        2,
+        2,
+        0.5,
+        0.25,
+        1,
+    )
+    assert row["leniency"] == pytest.approx(2.9 / 7)
+    assert (row["wobbled"], row["stable"], row["distinct_scores"]) == (1, 1, 5)

@@ -1,0 +1,110 @@
+"""The local demo judge for real: llama.cpp's server in its own process, called over HTTP the way
+the judge client calls a provider, answering with JSON held to a schema by constrained decoding."""
+
+import json
+import os
+import socket
+import subprocess
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from graders.local_judge import (
+    LOCAL_JUDGE_MODEL,
+    LocalJudgeUnavailable,
+    local_judge_model_path,
+    local_judge_start,
+    local_judge_wait_ready,
+)
+
+ALLOWED_SCORES = [0, 0.25, 0.5, 0.75, 1]
+# llama.cpp does not enforce minimum/maximum on numbers, so the allowed range is an enum.
+SCORE_SCHEMA = {
+    "type": "object",
+    "properties": {"score": {"type": "number", "enum": ALLOWED_SCORES}},
+    "required": ["score"],
+}
+# The two shapes graders/engine/judge.py can send; llama.cpp honours a schema in both.
+RESPONSE_FORMATS = {
+    "json_schema": {
+        "type": "json_schema",
+        "json_schema": {"name": "grade", "schema": SCORE_SCHEMA, "strict": True},
+    },
+    "json_object": {"type": "json_object", "schema": SCORE_SCHEMA},
+}
+# Not the usual 0-10 answer, so that an unconstrained model would step outside the enum.
+INSTRUCTIONS = (
+    "You grade answers to quiz questions. Compare the candidate answer with the reference and "
+    "give it a score out of 10, where 10 means fully correct."
+)
+CANDIDATES = [
+    "Canberra is the capital of Australia.",
+    "Sydney, the largest city, is the capital of Australia.",
+    "Australia is a country and a continent; its capital is a city.",
+]
+
+
+@pytest.fixture(scope="module")
+def local_judge() -> Iterator[str]:
+    try:
+        local_judge_model_path()
+    except LocalJudgeUnavailable as error:
+        if os.environ.get("WORKBENCH_REQUIRE_SERVICES") == "1":
+            pytest.fail(str(error))
+        pytest.skip(str(error))
+    port = _free_loopback_port()
+    process = local_judge_start(port)
+    try:
+        base_url = f"http://127.0.0.1:{port}"
+        local_judge_wait_ready(base_url, timeout=30, process=process)
+        yield base_url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _free_loopback_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_the_model_is_listed_under_its_alias(local_judge: str) -> None:
+    models = httpx.get(f"{local_judge}/v1/models", timeout=10).json()
+
+    assert [model["id"] for model in models["data"]] == [LOCAL_JUDGE_MODEL]
+
+
+@pytest.mark.parametrize("response_format", RESPONSE_FORMATS.values(), ids=RESPONSE_FORMATS)
+def test_scores_are_json_within_the_schema_enum(
+    local_judge: str, response_format: dict[str, object]
+) -> None:
+    with httpx.Client(base_url=local_judge, timeout=30) as client:
+        for candidate in CANDIDATES:
+            response = client.post(
+                "/v1/chat/completions",
+                json={
+                    "model": LOCAL_JUDGE_MODEL,
+                    "messages": [
+                        {"role": "system", "content": INSTRUCTIONS},
+                        {
+                            "role": "user",
+                            "content": "Question: What is the capital of Australia?\n"
+                            f"Reference: Canberra.\nCandidate: {candidate}",
+                        },
+                    ],
+                    "response_format": response_format,
+                    "temperature": 0,
+                    "seed": 0,
+                    "max_tokens": 24,
+                },
+            )
+            response.raise_for_status()
+            answer = json.loads(response.json()["choices"][0]["message"]["content"])
+
+            assert answer["score"] in ALLOWED_SCORES, answer
