@@ -4,10 +4,11 @@
 
 Seeds PostgreSQL (default database workbench_bench, created anew) with 100,000 tasks,
 1,000,000 responses and one queued pair per task (overlap 1), then runs each annotator in its
-own process: claim the next pair, submit a label, repeat, with an optional think time. Prints p50 / p95 claim latency
-against the 50 ms target and the number of duplicate claims (a pair served to two annotators,
-or a slot held by two), which must be 0. The seed rows are written with set-based SQL because
-1.1 million ORM inserts would dominate the run; the claims go through the product's own code.
+own process: claim the next pair, submit a label, repeat, with an optional think time. Prints
+p50 / p95 claim latency against the 50 ms target and the number of duplicate claims (a pair
+served to two annotators, or a slot held by two), which must be 0. The seed rows are written
+with set-based SQL because 1.1 million ORM inserts would dominate the run; the claims go
+through the product's own code.
 """
 
 import argparse
