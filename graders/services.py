@@ -7,6 +7,7 @@ from django.db import transaction
 from graders.engine.baseline import BASELINES
 from graders.engine.judge import JudgeSettings
 from graders.engine.programs import program_validate
+from graders.local_judge import LOCAL_JUDGE_MODEL
 from graders.models import GradingItem, GradingRun, JudgeEndpoint, Metagrader, Origin
 from labeling.jobs import job_create
 from labeling.models import Project, Task
@@ -111,3 +112,23 @@ def grading_run_start(
 
     grading_run_task.delay_on_commit(run.pk)
     return run
+
+
+def local_demo_endpoint_ensure(*, project: Project, base_url: str) -> JudgeEndpoint:
+    """The bundled local judge as the project's default endpoint (when it has none yet)."""
+    endpoint, _ = JudgeEndpoint.objects.get_or_create(
+        project=project,
+        name="local-demo",
+        defaults={
+            "base_url": base_url,
+            "model": LOCAL_JUDGE_MODEL,
+            "max_concurrency": 1,
+            "timeout_s": 180.0,
+            "max_tokens": 256,
+            "is_local_demo": True,
+            "is_default": not JudgeEndpoint.objects.filter(
+                project=project, is_default=True
+            ).exists(),
+        },
+    )
+    return endpoint

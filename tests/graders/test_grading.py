@@ -235,3 +235,60 @@ def test_meta_eval_by_hand(project: Project, tmp_path: Path) -> None:
     )
     assert row["leniency"] == pytest.approx(2.9 / 7)
     assert (row["wobbled"], row["stable"], row["distinct_scores"]) == (1, 1, 5)
+
+
+def test_grading_pages_for_reviewers_and_admins_only(
+    graded_project: Project,
+    judge: JudgeEndpoint,
+    admin_user: Any,
+    reviewer_user: Any,
+    expert_user: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    from django.test import Client
+    from django.urls import reverse
+
+    expert, reviewer, admin = Client(), Client(), Client()
+    expert.force_login(expert_user)
+    reviewer.force_login(reviewer_user)
+    admin.force_login(admin_user)
+    for name in ("graders", "judges", "meta-eval"):
+        assert expert.get(reverse(name, args=["acme"])).status_code == 403
+        assert reviewer.get(reverse(name, args=["acme"])).status_code == 200
+    grader = metagrader_register(
+        project=graded_project, program=baseline_program("scalar").to_json(), origin="baseline"
+    )
+    form = {"grader": grader.pk, "endpoint": judge.pk, "split": "eval"}
+    assert reviewer.post(reverse("graders", args=["acme"]), form).status_code == 403
+    with django_capture_on_commit_callbacks() as callbacks:
+        response = admin.post(reverse("graders", args=["acme"]), form)
+    assert response.status_code == 302 and len(callbacks) == 1
+    run = GradingRun.objects.get()
+    grading_run_execute(run_id=run.pk)
+    page = reviewer.get(response["Location"]).content.decode()
+    assert "Ranking accuracy" in page and "1.000" in page and "t2/r2" in page
+    grade = Grade.objects.get(run=run, response__external_id="t0/r0")
+    trace = reviewer.get(reverse("grade-trace", args=["acme", grade.pk])).content.decode()
+    assert "GOOD answer 0" in trace and "Grade this trace" in trace
+    program = reviewer.get(reverse("program", args=["acme", grader.pk])).content.decode()
+    assert "Grade this trace from 0 to 1" in program
+
+
+def test_judges_page_adds_an_endpoint_without_storing_a_key(
+    graded_project: Project, admin_user: Any
+) -> None:
+    from django.test import Client
+    from django.urls import reverse
+
+    admin = Client()
+    admin.force_login(admin_user)
+    form = {"name": "gpt", "base_url": "https://api.example.com/v1", "model": "gpt-x", "api_key_env": "OPENAI_API_KEY",
+            "temperature": 0, "max_tokens": 512, "max_concurrency": 16, "timeout_s": 60, "price_in_per_mtok": 1.25,
+            "price_out_per_mtok": 10, "response_format": "json_schema", "is_default": "on"}  # fmt: skip
+    assert admin.post(reverse("judges", args=["acme"]), form).status_code == 302
+    endpoint = JudgeEndpoint.objects.get(name="gpt")
+    assert endpoint.is_default and endpoint.api_key_env == "OPENAI_API_KEY"
+    bad = admin.post(
+        reverse("judges", args=["acme"]), form | {"name": "other", "base_url": "not a url"}
+    )
+    assert bad.status_code == 400 and "Enter a valid URL" in bad.content.decode()

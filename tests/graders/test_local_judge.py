@@ -108,3 +108,32 @@ def test_scores_are_json_within_the_schema_enum(
             answer = json.loads(response.json()["choices"][0]["message"]["content"])
 
             assert answer["score"] in ALLOWED_SCORES, answer
+
+
+@pytest.mark.django_db
+def test_a_grading_run_through_the_local_judge(local_judge: str, tmp_path: object) -> None:
+    """The product path end to end: baseline scalar program, engine client, real server."""
+    from graders.engine.baseline import baseline_program
+    from graders.grading import grading_run_execute
+    from graders.models import Grade, JudgeCall
+    from graders.services import grading_run_start, local_demo_endpoint_ensure, metagrader_register
+    from labeling.models import Project, Response, Task
+
+    project = Project.objects.create(slug="local", name="Local")
+    task = Task.objects.create(
+        project=project, external_id="q", prompt="What is the capital of Australia?", split="eval"
+    )
+    for n, text in enumerate(CANDIDATES):
+        Response.objects.create(project=project, task=task, external_id=f"q/r{n}", content=text)
+    endpoint = local_demo_endpoint_ensure(project=project, base_url=f"{local_judge}/v1")
+    grader = metagrader_register(
+        project=project, program=baseline_program("scalar").to_json(), origin="baseline"
+    )
+    run = grading_run_start(project=project, metagrader=grader, endpoint=endpoint, split="eval")
+    assert grading_run_execute(run_id=run.pk)["status"] == "succeeded"
+    grades = list(Grade.objects.filter(run=run))
+    assert len(grades) == 3 and JudgeCall.objects.count() == 3
+    for grade in grades:
+        # A small model may answer out of range; that is a recorded failure, never a score.
+        assert (grade.reward is not None and 0 <= grade.reward <= 1) or grade.error
+        assert grade.trace[0]["text"]

@@ -1,17 +1,28 @@
-"""``manage.py load_demo``: the demo project and users, created once."""
+"""``manage.py load_demo [--judge-url URL]``: the demo project, users, baseline graders and the
+local demo judge endpoint, created once."""
 
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 
+from graders.services import baselines_ensure, local_demo_endpoint_ensure
 from labeling.demo import DEMO_PASSWORD, DEMO_USERS, demo_load
 
 
 class Command(BaseCommand):
     help = "Create the demo project and the demo users (admin, expert, reviewer) once."
 
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--judge-url",
+            default="http://127.0.0.1:8089/v1",
+            help="Base URL of the local demo judge (manage.py local_judge).",
+        )
+
     def handle(self, *args: Any, **options: Any) -> None:
         project, created = demo_load()
+        baselines_ensure(project=project)
+        local_demo_endpoint_ensure(project=project, base_url=options["judge_url"])
         self.stdout.write(
             f"Demo project {project.slug!r} {'created' if created else 'already present'}."
         )

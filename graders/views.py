@@ -1,0 +1,153 @@
+"""Pages of the grading side: judges, graders and their programs, grading runs with their
+evaluation and traces, and the meta-evaluation of judges. Reviewers and admins see them;
+experts do not, so that judge opinions never reach a labeler."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_http_methods
+
+from graders.evaluation import meta_eval_rows
+from graders.forms import EndpointForm, RunForm
+from graders.models import Grade, GradingRun, JudgeEndpoint, Metagrader
+from graders.services import RunInvalid, grading_run_start
+from labeling.access import Perm, project_access
+from labeling.models import Provider
+
+GRADES_PER_PAGE = 50
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def judges_page(request: HttpRequest, slug: str) -> HttpResponse:
+    access = project_access(user=request.user, slug=slug, perm=Perm.SEE_SOURCES)
+    form = EndpointForm(request.POST or None)
+    if request.method == "POST":
+        project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
+        if form.is_valid():
+            endpoint = form.save(commit=False)
+            endpoint.project = access.project
+            if endpoint.is_default:
+                JudgeEndpoint.objects.filter(project=access.project).update(is_default=False)
+            endpoint.save()
+            messages.success(request, f"Judge {endpoint.name} added.")
+            return redirect("judges", slug=slug)
+    context = {
+        "access": access,
+        "project": access.project,
+        "endpoints": JudgeEndpoint.objects.filter(project=access.project),
+        "form": form,
+    }
+    return render(request, "graders/judges.html", context, status=400 if form.errors else 200)
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def graders_page(request: HttpRequest, slug: str) -> HttpResponse:
+    access = project_access(user=request.user, slug=slug, perm=Perm.SEE_SOURCES)
+    form = RunForm(request.POST or None, project=access.project)
+    if request.method == "POST":
+        project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
+        if form.is_valid():
+            try:
+                run = grading_run_start(
+                    project=access.project,
+                    metagrader=form.cleaned_data["grader"],
+                    endpoint=form.cleaned_data["endpoint"],
+                    split=form.cleaned_data["split"],
+                    max_calls=form.cleaned_data["max_calls"],
+                    max_cost=form.cleaned_data["max_cost"],
+                    user=request.user,
+                )
+            except RunInvalid as exc:
+                form.add_error(None, str(exc))
+            else:
+                return redirect("grading-run", slug=slug, run_id=run.pk)
+    context = {
+        "access": access,
+        "project": access.project,
+        "graders": Metagrader.objects.filter(project=access.project),
+        "runs": GradingRun.objects.filter(project=access.project).select_related(
+            "metagrader", "endpoint", "job"
+        )[:20],
+        "form": form,
+    }
+    return render(request, "graders/graders.html", context, status=400 if form.errors else 200)
+
+
+@require_GET
+@login_required
+def program_page(request: HttpRequest, slug: str, grader_id: int) -> HttpResponse:
+    access = project_access(user=request.user, slug=slug, perm=Perm.SEE_SOURCES)
+    grader = Metagrader.objects.filter(project=access.project, pk=grader_id).first()
+    if grader is None:
+        raise Http404
+    context = {"access": access, "project": access.project, "grader": grader}
+    return render(request, "graders/program.html", context)
+
+
+@require_GET
+@login_required
+def run_page(request: HttpRequest, slug: str, run_id: int) -> HttpResponse:
+    access = project_access(user=request.user, slug=slug, perm=Perm.SEE_SOURCES)
+    run = (
+        GradingRun.objects.select_related("metagrader", "endpoint", "job")
+        .filter(project=access.project, pk=run_id)
+        .first()
+    )
+    if run is None:
+        raise Http404
+    grades = (
+        Grade.objects.filter(run=run)
+        .select_related("response__task")
+        .order_by("response__task__external_id", "response__external_id")
+    )
+    page = Paginator(
+        grades.only(
+            "pk", "reward", "error", "response__external_id", "response__task__external_id"
+        ),
+        GRADES_PER_PAGE,
+    ).get_page(request.GET.get("page"))
+    context = {
+        "access": access,
+        "project": access.project,
+        "run": run,
+        "page": page,
+        "job": run.job,
+    }
+    return render(request, "graders/run.html", context)
+
+
+@require_GET
+@login_required
+def trace_page(request: HttpRequest, slug: str, grade_id: int) -> HttpResponse:
+    access = project_access(user=request.user, slug=slug, perm=Perm.SEE_SOURCES)
+    grade = (
+        Grade.objects.select_related("response", "run__metagrader")
+        .filter(run__project=access.project, pk=grade_id)
+        .first()
+    )
+    if grade is None:
+        raise Http404
+    return render(
+        request, "graders/trace.html", {"access": access, "project": access.project, "grade": grade}
+    )
+
+
+@require_GET
+@login_required
+def meta_eval_page(request: HttpRequest, slug: str) -> HttpResponse:
+    access = project_access(user=request.user, slug=slug, perm=Perm.SEE_SOURCES)
+    reference = request.GET.get("reference", Provider.SYNTHETIC)
+    if reference not in Provider.values:
+        raise Http404("Unknown reference provider.")
+    report = meta_eval_rows(project=access.project, reference=reference)
+    context = {
+        "access": access,
+        "project": access.project,
+        "report": report,
+        "references": Provider.values,
+    }
+    return render(request, "graders/meta_eval.html", context)
