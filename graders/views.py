@@ -7,10 +7,11 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from graders.evaluation import meta_eval_rows
 from graders.forms import EndpointForm, RunForm
+from graders.grading import grading_run_resume
 from graders.models import Grade, GradingRun, JudgeEndpoint, Metagrader
 from graders.services import RunInvalid, grading_run_start
 from labeling.access import Perm, project_access
@@ -151,3 +152,18 @@ def meta_eval_page(request: HttpRequest, slug: str) -> HttpResponse:
         "references": Provider.values,
     }
     return render(request, "graders/meta_eval.html", context)
+
+
+@require_POST
+@login_required
+def run_resume(request: HttpRequest, slug: str, run_id: int) -> HttpResponse:
+    access = project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
+    run = GradingRun.objects.filter(project=access.project, pk=run_id).select_related("job").first()
+    if run is None:
+        raise Http404
+    if run.job.is_active:
+        messages.info(request, "The run is still going.")
+    else:
+        grading_run_resume(run=run)
+        messages.success(request, "Resumed: finished tasks and cached judge answers are kept.")
+    return redirect("grading-run", slug=slug, run_id=run.pk)

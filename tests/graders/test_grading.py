@@ -292,3 +292,23 @@ def test_judges_page_adds_an_endpoint_without_storing_a_key(
         reverse("judges", args=["acme"]), form | {"name": "other", "base_url": "not a url"}
     )
     assert bad.status_code == 400 and "Enter a valid URL" in bad.content.decode()
+
+
+def test_resume_button_requeues_a_stopped_run(
+    graded_project: Project,
+    judge: JudgeEndpoint,
+    admin_user: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    from django.test import Client
+    from django.urls import reverse
+
+    run = run_for(graded_project, judge, "scalar", max_calls=2)
+    grading_run_execute(run_id=run.pk)
+    admin = Client()
+    admin.force_login(admin_user)
+    assert "Resume" in admin.get(reverse("grading-run", args=["acme", run.pk])).content.decode()
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        admin.post(reverse("grading-run-resume", args=["acme", run.pk]))
+    run.job.refresh_from_db()
+    assert run.job.status == "queued" and len(callbacks) == 1

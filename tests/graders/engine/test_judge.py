@@ -90,14 +90,9 @@ def mock_transport(
 
     def answer(request: httpx.Request) -> httpx.Response:
         received.append(json.loads(request.content))
-        body = {
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": content},
-                    "finish_reason": "stop",
-                }
-            ]
+        message = {"role": "assistant", "content": content}
+        body: dict[str, Any] = {
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]
         }
         if usage is not None:
             body["usage"] = usage
