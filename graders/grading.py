@@ -40,7 +40,13 @@ from labeling.imports import rubric_items_replace
 from labeling.jobs import JobCancelled, job_finish, job_progress
 from labeling.models import AuthorKind, Job, JobStatus, Response, Rubric, Task
 
-CHUNK_TASKS = 8
+
+def chunk_size(settings: JudgeSettings) -> int:
+    """Tasks claimed at once: enough to keep the endpoint's calls in flight (a task issues
+    several), few enough that progress moves often; one at a time for a one-slot local judge."""
+    return max(1, min(16, settings.max_concurrency // 4))
+
+
 ABANDONED = timedelta(minutes=15)
 
 
@@ -260,7 +266,7 @@ def grading_run_execute(*, run_id: int) -> dict[str, Any]:
         while True:
             done = GradingItem.objects.filter(run=run, status=ItemStatus.DONE).count()
             job_progress(job=job, stage="Grading tasks", done=done, total=total)
-            items = _items_claim(run, CHUNK_TASKS)
+            items = _items_claim(run, chunk_size(settings))
             if not items:
                 break
             try:

@@ -5,8 +5,9 @@ in flight, httpx's own connection pool reached about 0.13 of the concurrency/lat
 aiohttp about 0.85-0.90 (DESIGN.md section 4; bench/judge_throughput.py measures it).
 
 A call never turns a failure into a value: a failed request, an unreadable response and output
-that does not match the step's schema all come back as a ChatResult with `error` set. The only
-exception a caller must handle is BudgetExhausted, which stops a job before it spends more.
+that does not match the step's schema all come back as a ChatResult with `error` set. The one
+exception a running job must expect is BudgetExhausted, which stops it before it spends more;
+MissingApiKey (at construction) and jsonout.SchemaUnsupported are configuration bugs.
 
 Deterministic calls (temperature 0) are cached by a hash of everything that shapes the request, so
 re-running finished work makes no HTTP calls; cache hits cost nothing and are counted as hits.
@@ -155,13 +156,19 @@ class JsonlFileCache(MemoryCache):
             self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def _load(self) -> None:
-        with self.path.open(encoding="utf-8") as lines:
+        line = "\n"
+        # errors="replace": a kill can also cut a multi-byte character; that line is skipped.
+        with self.path.open(encoding="utf-8", errors="replace") as lines:
             for line in lines:
                 try:
                     entry = json.loads(line)
                     super().put(entry["key"], entry["value"])
                 except (json.JSONDecodeError, KeyError, TypeError):
                     continue
+        if not line.endswith("\n"):
+            # End the torn line, or the next entry would be appended to it and lost with it.
+            with self.path.open("a", encoding="utf-8") as out:
+                out.write("\n")
 
     def put(self, key: str, value: dict[str, Any]) -> None:
         super().put(key, value)
@@ -224,8 +231,11 @@ class Budget:
 class JudgeClient:
     """Calls the judge with at most `settings.max_concurrency` requests in flight.
 
+    Use a client within one event loop (its semaphore and connections belong to that loop).
     `transport` replaces the aiohttp transport (e.g. httpx.MockTransport in unit tests).
     `backoff_base_s` and `backoff_cap_s` shape the retry waits: exponential with full jitter.
+    A Retry-After header replaces the jittered wait, up to the cap, so a misbehaving server
+    cannot park a job for an hour.
     """
 
     def __init__(

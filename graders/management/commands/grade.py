@@ -54,11 +54,14 @@ class Command(BaseCommand):
         self.stdout.write(f"Grading run {run.pk} queued as job {run.job_id}.")
         if not options["wait"]:
             return
+        shown = ""
         while True:
             job = Job.objects.get(pk=run.job_id)
-            self.stderr.write(f"\r{job.status}: {job.done}/{job.total or '?'}", ending="")
+            line = f"{job.status}: {job.done}/{job.total or '?'} tasks"
+            if line != shown:
+                self.stderr.write(line)
+                shown = line
             if not job.is_active:
-                self.stderr.write("")
                 break
             time.sleep(1)
         if job.status != "succeeded":
