@@ -163,8 +163,9 @@ def answers(*responses: httpx.Response) -> tuple[httpx.MockTransport, list[httpx
         ),
         ({"message": "Quota exceeded for this project; check your billing."}, False),
         ({"message": "Too many requests."}, True),
+        ({"message": "You have run out of credits.", "code": "insufficient_quota"}, False),
     ],
-    ids=["rate-limit-code-wins-over-words", "quota-words-without-code", "plain"],
+    ids=["rate-limit-code-wins-over-words", "quota-words-without-code", "plain", "quota-code"],
 )
 def test_429_classification_prefers_the_error_code(error: dict[str, Any], retried: bool) -> None:
     completion = {"choices": [{"message": {"content": '{"score": 0.5}'}}]}
@@ -324,11 +325,14 @@ def test_jsonl_file_cache_persists_across_clients(
     path = tmp_path / "cache" / "judge.jsonl"
     settings = settings_for(fake_judge.base_url)
     run(settings, [grade("a"), grade("b")], cache=JsonlFileCache(path))
-    with path.open("a") as torn:
-        torn.write('{"key": "half a line')  # a job killed mid-write
+    with path.open("ab") as torn:
+        torn.write('{"key": "half a line, cut inside \u00e9'.encode()[:-1])  # killed mid-write
     results, usage = run(settings, [grade("a"), grade("b")], cache=JsonlFileCache(path))
     assert (fake_judge.call_count, usage.cache_hits) == (2, 2)
     assert [result.parsed for result in results] == [{"score": 1.0}, {"score": 1.0}]
+    run(settings, [grade("c")], cache=JsonlFileCache(path))  # written after the torn line
+    _, usage = run(settings, [grade("a"), grade("b"), grade("c")], cache=JsonlFileCache(path))
+    assert (fake_judge.call_count, usage.cache_hits) == (3, 3)
 
 
 def test_request_key_covers_what_shapes_the_answer_and_not_the_label() -> None:
@@ -390,6 +394,25 @@ def test_concurrency_limit_bounds_calls_in_flight(fake_judge: FakeJudgeServer) -
     )
     assert all(result.ok for result in results)
     assert fake_judge.max_in_flight == 4
+
+
+def test_semaphore_bounds_calls_in_flight_without_a_connection_pool() -> None:
+    """MockTransport has no pool, so only the client's semaphore can hold calls back."""
+    in_flight, peak = 0, 0
+
+    async def slow_answer(request: httpx.Request) -> httpx.Response:
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await asyncio.sleep(0.01)
+        in_flight -= 1
+        return httpx.Response(200, json={"choices": [{"message": {"content": '{"score": 1}'}}]})
+
+    settings = settings_for("http://judge.test/v1", max_concurrency=3)
+    requests = [grade(f"r{index}") for index in range(12)]
+    results, _ = run(settings, requests, transport=httpx.MockTransport(slow_answer))
+    assert all(result.ok for result in results)
+    assert peak == 3
 
 
 def test_tokens_and_cost_come_from_usage_and_prices() -> None:
