@@ -7,7 +7,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from graders.evaluation import grading_evaluate
 from graders.models import GradingRun
-from labeling.models import JobStatus, Project
+from labeling.cli import project_or_error
+from labeling.models import JobStatus
 
 
 def _metric(value: Any) -> str:
@@ -26,9 +27,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        project = Project.objects.filter(slug=options["project"]).first()
-        if project is None:
-            raise CommandError(f"project {options['project']!r} does not exist")
+        project = project_or_error(options["project"])
         if not project.metagraders.filter(pk=options["grader"]).exists():
             raise CommandError(f"grader {options['grader']} is not in project {project.slug!r}")
         run = (

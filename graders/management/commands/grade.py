@@ -8,7 +8,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from graders.models import JudgeEndpoint
 from graders.services import RunInvalid, grading_run_start
-from labeling.models import Job, Project
+from labeling.cli import project_or_error
+from labeling.models import Job
 
 
 class Command(BaseCommand):
@@ -25,9 +26,7 @@ class Command(BaseCommand):
         parser.add_argument("--wait", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        project = Project.objects.filter(slug=options["project"]).first()
-        if project is None:
-            raise CommandError(f"project {options['project']!r} does not exist")
+        project = project_or_error(options["project"])
         grader = project.metagraders.filter(pk=options["grader"]).first()
         if grader is None:
             raise CommandError(f"grader {options['grader']} is not in project {project.slug!r}")

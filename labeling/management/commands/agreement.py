@@ -3,10 +3,10 @@
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 
 from labeling.agreement_stats import agreement_report
-from labeling.models import Project
+from labeling.cli import dimension_check, project_or_error
 from labeling.selectors import agreement_labels
 
 
@@ -23,12 +23,9 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        project = Project.objects.filter(slug=options["project"]).first()
-        if project is None:
-            raise CommandError(f"project {options['project']!r} does not exist")
+        project = project_or_error(options["project"])
         dimension = options["dimension"]
-        if dimension is not None and not project.dimensions.filter(name=dimension).exists():
-            raise CommandError(f"project {project.slug!r} has no dimension {dimension!r}")
+        dimension_check(project, dimension)
         report = agreement_report(agreement_labels(project=project), dimension=dimension)
         if options["json"]:
             self.stdout.write(json.dumps(report, allow_nan=False))

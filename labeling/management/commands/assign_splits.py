@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from labeling.models import Project
+from labeling.cli import project_or_error
 from labeling.splits import SplitFractionsInvalid, splits_assign
 
 
@@ -22,9 +22,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        project = Project.objects.filter(slug=options["project"]).first()
-        if project is None:
-            raise CommandError(f"project {options['project']!r} does not exist")
+        project = project_or_error(options["project"])
         fractions = {s: options[s] for s in ("meta", "selection", "train", "eval")}
         try:
             table = splits_assign(

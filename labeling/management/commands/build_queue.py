@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from labeling.models import Project
+from labeling.cli import project_or_error
 from labeling.queue import queue_build
 from labeling.strategies import CoverageFirst
 
@@ -19,9 +19,7 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, default=0)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        project = Project.objects.filter(slug=options["project"]).first()
-        if project is None:
-            raise CommandError(f"project {options['project']!r} does not exist")
+        project = project_or_error(options["project"])
         known = {d.name: d for d in project.dimensions.all()}
         unknown = [name for name in options["dimension"] if name not in known]
         if unknown:

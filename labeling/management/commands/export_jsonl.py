@@ -5,9 +5,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from labeling.cli import project_or_error
 from labeling.exports import labels_records, pairs_records
 from labeling.jsonl import jsonl_write
-from labeling.models import Project
 
 
 class Command(BaseCommand):
@@ -19,9 +19,7 @@ class Command(BaseCommand):
         parser.add_argument("-o", "--output", type=Path, metavar="PATH")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        project = Project.objects.filter(slug=options["project"]).first()
-        if project is None:
-            raise CommandError(f"project {options['project']!r} does not exist")
+        project = project_or_error(options["project"])
         records = (labels_records if options["kind"] == "labels" else pairs_records)(
             project=project
         )
