@@ -173,6 +173,12 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
     # The file-system transport does not create its folders, and both processes need them.
     for folder in ("queue", "control"):
         (BROKER_DIR / folder).mkdir(parents=True, exist_ok=True)
+elif CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    # Redis re-delivers an unacknowledged task after this long; it must outlast the longest
+    # task, or a healthy long run would be delivered a second time while still going.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": int(os.environ.get("CELERY_TASK_TIME_LIMIT", 6 * 3600)) + 3600
+    }
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "workbench")
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True

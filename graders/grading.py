@@ -48,6 +48,7 @@ def chunk_size(settings: JudgeSettings) -> int:
 
 
 ABANDONED = timedelta(minutes=15)
+RECHECK_SECONDS = 60
 
 
 @dataclass(frozen=True)
@@ -166,16 +167,31 @@ async def _task_grade(program: Program, judge: JudgeClient, work: TaskWork) -> T
     return TaskOutcome(work, tuple(grades), generated)
 
 
+@dataclass(frozen=True)
+class ChunkResult:
+    outcomes: list[TaskOutcome]
+    usage: Usage
+    budget_spent: bool
+
+
 async def _chunk_grade(
     program: Program,
     settings: JudgeSettings,
     cache: DatabaseJudgeCache,
     budget: Budget,
     work: list[TaskWork],
-) -> tuple[list[TaskOutcome], Usage]:
+) -> ChunkResult:
+    """Grade a chunk of tasks; the tasks finished before a budget stop are kept, and the usage
+    always comes back, so no spend goes unaccounted."""
     async with JudgeClient(settings, cache=cache, budget=budget) as judge:
-        outcomes = await asyncio.gather(*(_task_grade(program, judge, w) for w in work))
-    return list(outcomes), judge.usage
+        results = await asyncio.gather(
+            *(_task_grade(program, judge, w) for w in work), return_exceptions=True
+        )
+    outcomes = [r for r in results if isinstance(r, TaskOutcome)]
+    errors = [r for r in results if isinstance(r, BaseException)]
+    if any(not isinstance(e, BudgetExhausted) for e in errors):
+        raise next(e for e in errors if not isinstance(e, BudgetExhausted))
+    return ChunkResult(outcomes, judge.usage, budget_spent=bool(errors))
 
 
 def _trace_json(grade: Grade) -> list[dict[str, Any]]:
@@ -230,12 +246,21 @@ def _outcomes_store(run: GradingRun, program: Program, outcomes: list[TaskOutcom
 
 
 def _usage_add(run: GradingRun, usage: Usage) -> None:
-    totals = dict(run.usage)
-    for key, value in usage.as_dict().items():
-        totals[key] = totals.get(key, 0) + value
+    # Locked, because two deliveries of one run may add their usage at the same time.
+    with transaction.atomic():
+        locked = GradingRun.objects.select_for_update().get(pk=run.pk)
+        totals = dict(locked.usage)
+        for key, value in usage.as_dict().items():
+            totals[key] = totals.get(key, 0) + value
+        GradingRun.objects.filter(pk=run.pk).update(usage=totals)
+        Job.objects.filter(pk=run.job_id).update(cost=round(totals.get("cost", 0.0), 6))
     run.usage = totals
-    run.save(update_fields=["usage"])
-    Job.objects.filter(pk=run.job_id).update(cost=round(totals.get("cost", 0.0), 6))
+
+
+def _claims_release(run: GradingRun, items: Sequence[GradingItem]) -> None:
+    GradingItem.objects.filter(pk__in=[i.pk for i in items], status=ItemStatus.RUNNING).update(
+        status=ItemStatus.PENDING, claimed_at=None
+    )
 
 
 def grading_run_execute(*, run_id: int) -> dict[str, Any]:
@@ -262,6 +287,7 @@ def grading_run_execute(*, run_id: int) -> dict[str, Any]:
     )
     total = GradingItem.objects.filter(run=run).count()
     cache = DatabaseJudgeCache(settings.model)
+    items: list[GradingItem] = []
     try:
         while True:
             done = GradingItem.objects.filter(run=run, status=ItemStatus.DONE).count()
@@ -269,14 +295,13 @@ def grading_run_execute(*, run_id: int) -> dict[str, Any]:
             items = _items_claim(run, chunk_size(settings))
             if not items:
                 break
-            try:
-                outcomes, usage = cache.run(
-                    _chunk_grade(program, settings, cache, budget, _work_load(items, program))
-                )
-            except BudgetExhausted:
-                GradingItem.objects.filter(pk__in=[i.pk for i in items]).update(
-                    status=ItemStatus.PENDING, claimed_at=None
-                )
+            chunk = cache.run(
+                _chunk_grade(program, settings, cache, budget, _work_load(items, program))
+            )
+            _outcomes_store(run, program, chunk.outcomes)
+            _usage_add(run, chunk.usage)
+            if chunk.budget_spent:
+                _claims_release(run, items)
                 job_finish(
                     job=job,
                     status=JobStatus.FAILED,
@@ -284,17 +309,21 @@ def grading_run_execute(*, run_id: int) -> dict[str, Any]:
                     "cached judge answers are kept.",
                 )
                 return {"run": run_id, "status": "budget"}
-            _outcomes_store(run, program, outcomes)
-            _usage_add(run, usage)
     except JobCancelled:
-        GradingItem.objects.filter(run=run, status=ItemStatus.RUNNING).update(
-            status=ItemStatus.PENDING, claimed_at=None
-        )
+        _claims_release(run, items)
         job_finish(job=job, status=JobStatus.CANCELLED, error="Cancelled; grades so far are kept.")
         return {"run": run_id, "status": "cancelled"}
     except Exception as exc:
+        _claims_release(run, items)
         job_finish(job=job, status=JobStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
         raise
+    if GradingItem.objects.filter(run=run).exclude(status=ItemStatus.DONE).exists():
+        # Another delivery still holds tasks, or a dead one did until its claims go stale:
+        # look again later, and whoever finishes the last task finishes the run.
+        from graders.tasks import grading_run_task
+
+        grading_run_task.apply_async((run.pk,), countdown=RECHECK_SECONDS)
+        return {"run": run_id, "status": "waiting"}
     run.evaluation = grading_evaluate(run=run)
     run.save(update_fields=["evaluation"])
     job_progress(job=job, stage="Done", done=total, total=total)

@@ -312,3 +312,42 @@ def test_resume_button_requeues_a_stopped_run(
         admin.post(reverse("grading-run-resume", args=["acme", run.pk]))
     run.job.refresh_from_db()
     assert run.job.status == "queued" and len(callbacks) == 1
+
+
+def test_a_run_whose_tasks_another_worker_holds_waits_instead_of_succeeding(
+    graded_project: Project, judge: JudgeEndpoint, settings: Any
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from graders.models import GradingItem
+
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    run = run_for(graded_project, judge, "scalar")
+    # A worker that died mid-run left every task claimed.
+    GradingItem.objects.filter(run=run).update(status="running", claimed_at=timezone.now())
+    from unittest import mock
+
+    with mock.patch("graders.tasks.grading_run_task.apply_async") as later:
+        assert grading_run_execute(run_id=run.pk)["status"] == "waiting"
+    later.assert_called_once()
+    run.job.refresh_from_db()
+    assert run.job.status == "running" and Grade.objects.filter(run=run).count() == 0
+    # Once the dead worker's claims are stale, the next look grades them and finishes.
+    GradingItem.objects.filter(run=run).update(claimed_at=timezone.now() - timedelta(hours=1))
+    assert grading_run_execute(run_id=run.pk)["status"] == "succeeded"
+    assert Grade.objects.filter(run=run).count() == 9
+
+
+def test_spend_before_a_budget_stop_is_accounted(
+    graded_project: Project, judge: JudgeEndpoint
+) -> None:
+    JudgeEndpoint.objects.filter(pk=judge.pk).update(price_in_per_mtok=1000.0)
+    judge.refresh_from_db()
+    run = run_for(graded_project, judge, "scalar", max_cost=0.05)
+    grading_run_execute(run_id=run.pk)
+    run.refresh_from_db()
+    spent = run.usage["cost"]
+    assert spent > 0 and run.job.cost > 0 and run.usage["calls"] == JudgeCall.objects.count()
+    assert Grade.objects.filter(run=run).count() > 0  # tasks finished before the stop are kept
