@@ -119,6 +119,15 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", VAR_DIR / "staticfiles"))
 MEDIA_ROOT = Path(os.environ.get("MEDIA_ROOT", VAR_DIR / "media"))
 
+# Judge API keys come from environment variables named on each judge endpoint. A project
+# admin may only name variables the operator allows: these names, or any starting with the
+# prefix. Otherwise an admin could send SECRET_KEY or DATABASE_URL to a server of their choice.
+JUDGE_API_KEY_ENV_ALLOWED = env_list(
+    "JUDGE_API_KEY_ENV_ALLOWED",
+    "OPENAI_API_KEY,ANTHROPIC_API_KEY,FIREWORKS_API_KEY,TOGETHER_API_KEY,OPENROUTER_API_KEY",
+)
+JUDGE_API_KEY_ENV_PREFIX = os.environ.get("JUDGE_API_KEY_ENV_PREFIX", "JUDGE_KEY_")
+
 # Files up to this size import inside the request; larger ones become a background job.
 IMPORT_INLINE_MAX_BYTES = int(os.environ.get("IMPORT_INLINE_MAX_BYTES", 2 * 1024 * 1024))
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("DATA_UPLOAD_MAX_MEMORY_SIZE", 2 * 1024 * 1024))

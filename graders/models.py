@@ -2,10 +2,31 @@
 grades, and the judge-call cache that makes a rerun of finished work free."""
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
 from labeling.models import Job, Project, Response, Task
+
+
+def api_key_env_allowed(name: str) -> bool:
+    return name in settings.JUDGE_API_KEY_ENV_ALLOWED or (
+        bool(settings.JUDGE_API_KEY_ENV_PREFIX)
+        and name.startswith(settings.JUDGE_API_KEY_ENV_PREFIX)
+    )
+
+
+def api_key_env_check(name: str) -> None:
+    """Only operator-approved variables may be sent to a judge as its key."""
+    if name and not api_key_env_allowed(name):
+        raise ValidationError(
+            {
+                "api_key_env": f"{name!r} is not an allowed key variable: use one of "
+                f"{', '.join(settings.JUDGE_API_KEY_ENV_ALLOWED)} or a name starting with "
+                f"{settings.JUDGE_API_KEY_ENV_PREFIX} (JUDGE_API_KEY_ENV_ALLOWED and "
+                "JUDGE_API_KEY_ENV_PREFIX set these)."
+            }
+        )
 
 
 class ResponseFormat(models.TextChoices):
@@ -52,6 +73,9 @@ class JudgeEndpoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.model})"
+
+    def clean(self) -> None:
+        api_key_env_check(self.api_key_env)
 
 
 class Origin(models.TextChoices):

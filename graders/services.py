@@ -8,7 +8,14 @@ from graders.engine.baseline import BASELINES
 from graders.engine.judge import JudgeSettings
 from graders.engine.programs import program_validate
 from graders.local_judge import LOCAL_JUDGE_MODEL
-from graders.models import GradingItem, GradingRun, JudgeEndpoint, Metagrader, Origin
+from graders.models import (
+    GradingItem,
+    GradingRun,
+    JudgeEndpoint,
+    Metagrader,
+    Origin,
+    api_key_env_check,
+)
 from labeling.jobs import job_create
 from labeling.models import Project, Task
 
@@ -16,7 +23,9 @@ GRADING_JOB = "grading"
 
 
 def endpoint_settings(endpoint: JudgeEndpoint) -> JudgeSettings:
-    """The engine's view of an endpoint (the key stays in the environment)."""
+    """The engine's view of an endpoint (the key stays in the environment). The key variable is
+    checked again here, so an endpoint written around the form cannot leak another secret."""
+    api_key_env_check(endpoint.api_key_env)
     return JudgeSettings(
         base_url=endpoint.base_url,
         model=endpoint.model,

@@ -165,23 +165,35 @@ def _free(now: object) -> Q:
     return Q(claimed_by__isnull=True) | Q(lease_until__lt=now)
 
 
+def _held_reclaim(*, project: Project, annotator: Annotator, now: Any) -> QueueAssignment | None:
+    """The annotator's oldest unfinished assignment whose slot nobody else took meanwhile,
+    with its lease renewed: a pair left open when they walked away comes back to them."""
+    unfinished = (
+        QueueAssignment.objects.filter(
+            annotator=annotator, submitted_at__isnull=True, pair__project=project
+        )
+        .filter(Q(slot__claimed_by=annotator) | Q(slot__claimed_by__isnull=True))
+        .filter(slot__done_at__isnull=True)
+        .select_related("pair")
+        .order_by("served_at")
+    )
+    for assignment in unfinished[:3]:
+        renewed = (
+            QueueSlot.objects.filter(pk=assignment.slot_id, done_at__isnull=True)
+            .filter(Q(claimed_by=annotator) | Q(claimed_by__isnull=True))
+            .update(claimed_by=annotator, lease_until=now + LEASE)
+        )
+        if renewed == 1:
+            return assignment
+    return None
+
+
 def pair_claim_next(*, project: Project, annotator: Annotator) -> QueueAssignment | None:
     """The annotator's current unfinished assignment if its lease still runs, else a new claim
     on the best free slot of a pair this annotator has never been served; None when the queue
     has nothing left for them."""
     now = timezone.now()
-    held = (
-        QueueAssignment.objects.filter(
-            annotator=annotator,
-            submitted_at__isnull=True,
-            slot__claimed_by=annotator,
-            slot__lease_until__gte=now,
-            pair__project=project,
-        )
-        .select_related("pair")
-        .order_by("served_at")
-        .first()
-    )
+    held = _held_reclaim(project=project, annotator=annotator, now=now)
     if held is not None:
         return held
     served = QueueAssignment.objects.filter(pair=OuterRef("pair"), annotator=annotator)

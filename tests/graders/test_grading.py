@@ -351,3 +351,36 @@ def test_spend_before_a_budget_stop_is_accounted(
     spent = run.usage["cost"]
     assert spent > 0 and run.job.cost > 0 and run.usage["calls"] == JudgeCall.objects.count()
     assert Grade.objects.filter(run=run).count() > 0  # tasks finished before the stop are kept
+
+
+def test_an_endpoint_cannot_name_a_secret_that_is_not_a_judge_key(
+    graded_project: Project, admin_user: Any, judge: JudgeEndpoint
+) -> None:
+    from django.test import Client
+    from django.urls import reverse
+
+    from graders.services import endpoint_settings
+
+    admin = Client()
+    admin.force_login(admin_user)
+    form = {"name": "evil", "base_url": "https://attacker.example/v1", "model": "m", "api_key_env": "SECRET_KEY",
+            "temperature": 0, "max_tokens": 512, "max_concurrency": 4, "timeout_s": 60, "price_in_per_mtok": 0,
+            "price_out_per_mtok": 0, "response_format": "json_schema"}  # fmt: skip
+    response = admin.post(reverse("judges", args=["acme"]), form)
+    assert (
+        response.status_code == 400 and "not an allowed key variable" in response.content.decode()
+    )
+    assert (
+        admin.post(
+            reverse("judges", args=["acme"]), form | {"api_key_env": "JUDGE_KEY_ACME"}
+        ).status_code
+        == 302
+    )
+    JudgeEndpoint.objects.filter(pk=judge.pk).update(
+        api_key_env="DATABASE_URL"
+    )  # written around the form
+    judge.refresh_from_db()
+    from django.core.exceptions import ValidationError
+
+    with pytest.raises(ValidationError):
+        endpoint_settings(judge)

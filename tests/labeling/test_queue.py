@@ -203,3 +203,19 @@ def test_concurrent_claims_never_share_a_slot(tmp_path: Path) -> None:
     assert not errors
     slots = list(QueueAssignment.objects.values_list("slot_id", flat=True))
     assert len(slots) == 40 and len(set(slots)) == 40
+
+
+def test_a_pair_left_open_comes_back_to_its_annotator(queued: Project) -> None:
+    (alice,) = annotators(queued, "alice")
+    first = pair_claim_next(project=queued, annotator=alice)
+    assert first is not None
+    QueueSlot.objects.update(lease_until=timezone.now() - timedelta(minutes=1))  # walked away
+    again = pair_claim_next(project=queued, annotator=alice)
+    assert again is not None and again.pk == first.pk
+    assert QueueSlot.objects.get(pk=first.slot_id).lease_until > timezone.now()
+    # Labeling everything, the one-expert queue can be finished.
+    assignment: QueueAssignment | None = again
+    while assignment is not None:
+        label_submit(assignment=assignment, label=LabelInput("left", 1, 1.0))
+        assignment = pair_claim_next(project=queued, annotator=alice)
+    assert QueueSlot.objects.filter(done_at__isnull=True).count() == 0
