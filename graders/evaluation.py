@@ -64,11 +64,13 @@ def _reference_scores(response_pks: list[int]) -> tuple[str, dict[int, float]] |
 def _preference_pairs(
     response_pks: set[int], rewards: dict[int, float | None], task_of: dict[int, int]
 ) -> RankingPairs | None:
-    """Human-majority non-tie pairs among the graded responses, winner first."""
+    """Human-majority non-tie overall pairs among the graded responses, winner first."""
     votes: dict[tuple[int, int], list[str]] = defaultdict(list)
+    # Overall preferences only: a label on a dimension answers a different question.
     rows = Preference.objects.filter(
         is_current=True,
         provider="human",
+        dimension__isnull=True,
         response_a_id__in=response_pks,
         response_b_id__in=response_pks,
     ).values_list("response_a_id", "response_b_id", "choice")
@@ -154,14 +156,25 @@ def meta_eval_rows(
     labeled with a winner, scored from imported judge_score records (FORMATS.md)."""
     preferences = Preference.objects.filter(
         task__project=project, is_current=True, provider=reference
-    ).exclude(choice="tie")
+    )
     if dimension is not None:
         preferences = preferences.filter(dimension__name=dimension)
-    labeled: dict[str | None, set[tuple[int, int]]] = defaultdict(set)
+    # Several labels of one pair (several people, several generators) count once, by their
+    # majority; a pair without a non-tie majority has no preferred response and is left out.
+    votes: dict[tuple[str | None, int, int], list[str]] = defaultdict(list)
     for a, b, choice, dim in preferences.values_list(
         "response_a_id", "response_b_id", "choice", "dimension__name"
     ):
-        labeled[dim].add((a, b) if choice == "a" else (b, a))
+        low, high = sorted((a, b))
+        winner = {"a": a, "b": b}.get(choice)
+        votes[(dim, low, high)].append(
+            "tie" if winner is None else ("first" if winner == low else "second")
+        )
+    labeled: dict[str | None, set[tuple[int, int]]] = defaultdict(set)
+    for (dim, low, high), categories in votes.items():
+        majority = majority_vote(categories)  # type: ignore[arg-type]
+        if majority in ("first", "second"):
+            labeled[dim].add((low, high) if majority == "first" else (high, low))
     scores: dict[tuple[str, str | None], dict[int, dict[int, float | None]]] = defaultdict(
         lambda: defaultdict(dict)
     )
@@ -174,7 +187,13 @@ def meta_eval_rows(
     def row(judge: str, dims: list[str | None]) -> dict[str, Any] | None:
         # Keys are (dimension, response): a judge scores a response once per dimension, and a
         # pair is read with the scores of its own dimension.
-        pairs = [((d, w), (d, loser)) for d in dims for w, loser in sorted(labeled[d])]
+        # Only pairs the judge scored at all: a pair it never saw is not a failed call.
+        pairs = [
+            ((d, w), (d, loser))
+            for d in dims
+            for w, loser in sorted(labeled[d])
+            if any(w in run or loser in run for run in scores.get((judge, d), {}).values())
+        ]
         indices = sorted({i for d in dims for i in scores.get((judge, d), {})})
         if not pairs or not indices:
             return None

@@ -14,6 +14,7 @@ from labeling.models import (
     JudgeScore,
     Preference,
     Project,
+    Provider,
     Response,
     Rubric,
     Score,
@@ -152,14 +153,15 @@ def response_text(response: Response) -> str | list[dict[str, Any]]:
 
 
 def pairs_records(*, project: Project) -> Iterator[dict[str, Any]]:
-    """One chosen/rejected record per pair (and dimension) whose current labels have a strict
-    majority for one side. Ties count as votes, so a pair split evenly or won by ties is left out;
-    confidence is the mean confidence of the majority's labels, when they gave one."""
+    """One chosen/rejected record per pair (and dimension) whose current human labels have a
+    strict majority for one side. Ties count as votes, so a pair split evenly or won by ties is
+    left out; confidence is the mean confidence of the majority's labels, when they gave one."""
     votes: dict[tuple[int, int, int | None], Counter[int | None]] = defaultdict(Counter)
     confidences: dict[tuple[int, int, int | None, int | None], list[int]] = defaultdict(list)
-    rows = Preference.objects.filter(task__project=project, is_current=True).values_list(
-        "response_a_id", "response_b_id", "choice", "confidence", "dimension_id"
-    )
+    # People's labels only: judge and synthetic opinions must not become training labels.
+    rows = Preference.objects.filter(
+        task__project=project, is_current=True, provider=Provider.HUMAN
+    ).values_list("response_a_id", "response_b_id", "choice", "confidence", "dimension_id")
     for a, b, choice, confidence, dimension in rows.iterator(chunk_size=CHUNK):
         pair = (min(a, b), max(a, b), dimension)
         winner = {"a": a, "b": b}.get(choice)

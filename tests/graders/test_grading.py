@@ -384,3 +384,35 @@ def test_an_endpoint_cannot_name_a_secret_that_is_not_a_judge_key(
 
     with pytest.raises(ValidationError):
         endpoint_settings(judge)
+
+
+def test_meta_eval_counts_only_pairs_the_judge_scored_and_uses_the_majority(
+    project: Project, tmp_path: Path
+) -> None:
+    from graders.evaluation import meta_eval_rows
+
+    records: list[dict[str, Any]] = [
+        {"type": "task", "id": "t", "prompt": "p"},
+        {"type": "dimension", "name": "tone"},
+        {"type": "dimension", "name": "facts"},
+    ]
+    records += [
+        {"type": "response", "id": f"r{i}", "task": "t", "content": str(i)} for i in range(4)
+    ]
+    records += [
+        # tone: r0 beats r1, scored by j correctly in one run.
+        {"type": "preference", "a": "r0", "b": "r1", "choice": "a", "dimension": "tone", "provider": "human", "annotator": "x"},
+        {"type": "judge_score", "judge": "j", "response": "r0", "dimension": "tone", "score": 0.8},
+        {"type": "judge_score", "judge": "j", "response": "r1", "dimension": "tone", "score": 0.2},
+        # facts: never scored by j, so it must not count as failed runs.
+        {"type": "preference", "a": "r2", "b": "r3", "choice": "a", "dimension": "facts", "provider": "human", "annotator": "x"},
+        # tone r2-r3: humans split 2 to 1 for r3; the judge agrees with the majority.
+        {"type": "preference", "a": "r2", "b": "r3", "choice": "b", "dimension": "tone", "provider": "human", "annotator": "x"},
+        {"type": "preference", "a": "r2", "b": "r3", "choice": "b", "dimension": "tone", "provider": "human", "annotator": "y"},
+        {"type": "preference", "a": "r2", "b": "r3", "choice": "a", "dimension": "tone", "provider": "human", "annotator": "z"},
+        {"type": "judge_score", "judge": "j", "response": "r2", "dimension": "tone", "score": 0.1},
+        {"type": "judge_score", "judge": "j", "response": "r3", "dimension": "tone", "score": 0.9},
+    ]  # fmt: skip
+    jsonl_import(project=project, path=write_jsonl(tmp_path / "m.jsonl", records))
+    (row,) = meta_eval_rows(project=project, reference="human")["rows"]
+    assert (row["pairs"], row["runs"], row["accuracy"], row["failed_runs"]) == (2, 1, 1.0, 0)

@@ -75,3 +75,33 @@ def test_pairs_export_keeps_strict_non_tie_majorities(project: Project, tmp_path
     }
     out = io.StringIO()
     assert jsonl_write(pairs, out) == 2
+
+
+def test_pairs_export_ignores_judge_and_synthetic_votes(project: Project, tmp_path: Path) -> None:
+    task = {"type": "task", "id": "t", "prompt": "p"}
+    responses = [
+        {"type": "response", "id": f"r{i}", "task": "t", "content": f"answer {i}"} for i in range(2)
+    ]
+    labels = [
+        pref("r0", "r1", "a", "ann1"),
+        {
+            "type": "preference",
+            "a": "r0",
+            "b": "r1",
+            "choice": "b",
+            "provider": "judge",
+            "annotator": "j1",
+        },
+        {
+            "type": "preference",
+            "a": "r0",
+            "b": "r1",
+            "choice": "b",
+            "provider": "synthetic",
+            "annotator": "g",
+        },
+    ]
+    jsonl_import(
+        project=project, path=write_jsonl(tmp_path / "a.jsonl", [task, *responses, *labels])
+    )
+    assert [p["chosen"] for p in pairs_records(project=project)] == ["answer 0"]
