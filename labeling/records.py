@@ -6,15 +6,18 @@ newer version (new optional fields) still import.
 """
 
 import hashlib
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     StrictBool,
     TypeAdapter,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -33,6 +36,23 @@ Name = Annotated[str, Field(min_length=1, max_length=200)]
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 SplitName = Literal["unassigned", "meta", "selection", "train", "eval"]
 AuthorKindName = Literal["expert", "generated", "reviewed"]
+
+
+def _json_finite(value: Any) -> Any:
+    """Free JSON (metadata, tool arguments) may hold anything JSON can, except numbers the
+    database's JSON cannot store: NaN and infinities."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("NaN and infinite numbers are not allowed in JSON")
+    if isinstance(value, dict):
+        for item in value.values():
+            _json_finite(item)
+    elif isinstance(value, list):
+        for item in value:
+            _json_finite(item)
+    return value
+
+
+FreeJson = Annotated[dict[str, Any], AfterValidator(_json_finite)]
 
 
 class Record(BaseModel):
@@ -73,7 +93,7 @@ class TaskRecord(Record):
         default_factory=list
     )
     split: SplitName | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: FreeJson = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def documents_unique(self) -> "TaskRecord":
@@ -92,6 +112,11 @@ class ToolCall(BaseModel):
     name: Name
     arguments: dict[str, Any] | str = Field(default_factory=dict)
 
+    @field_validator("arguments")
+    @classmethod
+    def arguments_finite(cls, value: dict[str, Any] | str) -> dict[str, Any] | str:
+        return _json_finite(value)
+
 
 class Message(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
@@ -109,7 +134,7 @@ class ResponseRecord(Record):
     content: Annotated[str, Field(max_length=MAX_RESPONSE_TEXT)] | None = None
     messages: Annotated[list[Message], Field(min_length=1, max_length=MAX_MESSAGES)] | None = None
     source: Annotated[str, Field(max_length=200)] = ""
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: FreeJson = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def content_or_messages(self) -> "ResponseRecord":
@@ -292,6 +317,11 @@ def record_parse(line: bytes) -> AnyRecord:
         raise RecordInvalid(
             [("(line)", f"not UTF-8: invalid byte at offset {exc.start}")]
         ) from None
+    if "\x00" in text or "\\u0000" in text:
+        # PostgreSQL cannot store a NUL character in text or JSON.
+        raise RecordInvalid(
+            [("(line)", "contains a NUL character (\\u0000), which cannot be stored")]
+        )
     try:
         return _adapter.validate_json(text)
     except ValidationError as exc:

@@ -168,12 +168,20 @@ def pair_view(*, assignment: QueueAssignment) -> dict[str, Any]:
 def criterion_grading_next(*, project: Project, annotator: Annotator) -> Response | None:
     """The next response with an expert rubric that this annotator has not fully graded:
     meta and selection tasks first, then by task and response id."""
+    # The expert rubric is the one without an origin; other expert rubrics are not graded here.
     graded = CriterionGrade.objects.filter(
-        response=OuterRef("pk"), annotator=annotator, item__rubric__author_kind="expert"
+        response=OuterRef("pk"),
+        annotator=annotator,
+        item__rubric__author_kind="expert",
+        item__rubric__origin="",
     )
-    items = RubricItem.objects.filter(rubric__task=OuterRef("task"), rubric__author_kind="expert")
+    items = RubricItem.objects.filter(
+        rubric__task=OuterRef("task"), rubric__author_kind="expert", rubric__origin=""
+    )
     candidates = (
-        Response.objects.filter(project=project, task__rubrics__author_kind="expert")
+        Response.objects.filter(
+            project=project, task__rubrics__author_kind="expert", task__rubrics__origin=""
+        )
         .annotate(
             item_count=Subquery(
                 items.values("rubric__task").annotate(n=Count("pk")).values("n")[:1]

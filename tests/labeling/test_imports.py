@@ -137,6 +137,10 @@ BAD_LINES: list[tuple[str, Any, str, str]] = [
     ("prompt over the size limit", {"type": "task", "id": "big", "prompt": "x" * (limits.MAX_PROMPT + 1)},
      "prompt", f"at most {limits.MAX_PROMPT} characters"),
     ("non-UTF-8 bytes", b'{"type": "task", "id": "t\xff", "prompt": "p"}', "(line)", "not UTF-8"),
+    ("NaN in metadata", '{"type": "task", "id": "m", "prompt": "p", "metadata": {"x": [1, NaN]}}', "metadata", "NaN"),
+    ("infinity in tool arguments", '{"type": "response", "id": "t9/r5", "task": "t9", "messages": [{"role": "assistant", "tool_calls": [{"name": "f", "arguments": {"n": 1e400}}]}]}',
+     "messages.0.tool_calls.0.arguments", "infinite"),
+    ("NUL character", '{"type": "task", "id": "n", "prompt": "a\\u0000b"}', "(line)", "NUL"),
 ]  # fmt: skip
 
 

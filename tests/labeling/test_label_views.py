@@ -113,3 +113,30 @@ def test_queue_page_builds_for_admins_only(
     assert client_for(expert_user).post(url, {"pairs_per_task": 5, "seed": 1}).status_code == 403
     response = client_for(admin_user).post(url, {"pairs_per_task": 5, "seed": 1}, follow=True)
     assert "Queued 1 pairs." in response.content.decode()
+
+
+def test_criterion_grading_ignores_expert_rubrics_with_an_origin(
+    secretive: Project, expert_user: User, tmp_path: Path
+) -> None:
+    extra = {
+        "type": "rubric",
+        "task": "t",
+        "author": "expert",
+        "origin": "v2",
+        "items": [{"id": "z", "text": "Other."}],
+    }
+    jsonl_import(project=secretive, path=write_jsonl(tmp_path / "x.jsonl", [extra]))
+    client = client_for(expert_user)
+    first = client.get(reverse("grade", args=["acme"])).content.decode()
+    assert "Greets the customer." in first and "Other." not in first
+    from labeling.models import RubricItem
+
+    item = RubricItem.objects.get(key="c1", rubric__origin="")
+    for response_id in ("t/r1", "t/r2"):
+        client.post(
+            reverse("grade-submit", args=["acme", response_id]), {f"item-{item.pk}": "pass"}
+        )
+    assert (
+        "No responses with an expert rubric"
+        in client.get(reverse("grade", args=["acme"])).content.decode()
+    )
