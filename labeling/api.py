@@ -100,7 +100,8 @@ def task_get(request: Request, slug: str, task_id: str) -> Response:
             "split": task.split,
             "prompt": task.prompt,
             "instructions": task.instructions,
-            "metadata": task.metadata,
+            # Task metadata may carry how responses were made; blind readers do not get it.
+            "metadata": task.metadata if access.can(Perm.SEE_SOURCES) else {},
             "documents": [
                 {"id": d.external_id, "title": d.title, "text": d.text} for d in detail["documents"]
             ],

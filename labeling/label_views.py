@@ -139,9 +139,9 @@ def grade_page(request: HttpRequest, slug: str) -> HttpResponse:
 
 @require_POST
 @login_required
-def grade_submit(request: HttpRequest, slug: str, response_id: str) -> HttpResponse:
+def grade_submit(request: HttpRequest, slug: str, response_pk: int) -> HttpResponse:
     access = project_access(user=request.user, slug=slug, perm=Perm.LABEL)
-    response = Response.objects.filter(project=access.project, external_id=response_id).first()
+    response = Response.objects.filter(project=access.project, pk=response_pk).first()
     if response is None:
         raise Http404
     annotator = annotator_for_user(project=access.project, user=request.user)

@@ -99,9 +99,11 @@ def task_detail(*, project: Project, external_id: str, with_sources: bool) -> di
     """A task with documents, responses and rubrics. Without `with_sources` the responses are
     plain dicts with no model name or metadata, so a blind reader's page cannot leak them."""
     task = Task.objects.get(project=project, external_id=external_id)
-    fields = ["external_id", "content", "messages"]
+    # Response ids are the user's own strings and often name the model ("t1/gpt-x"), so a
+    # blind reader gets neither ids nor sources.
+    fields = ["content", "messages"]
     if with_sources:
-        fields += ["source_model", "metadata"]
+        fields += ["external_id", "source_model", "metadata"]
     responses = list(Response.objects.filter(task=task).order_by("external_id").values(*fields))
     return {
         "task": task,
@@ -214,7 +216,7 @@ def criterion_grading_view(
         for grade in CriterionGrade.objects.filter(response=response, annotator=annotator)
     } | (unsaved or {})
     return {
-        "response_id": response.external_id,
+        "response_pk": response.pk,
         "response": _response_view(response),
         "prompt": task.prompt,
         "instructions": task.instructions,

@@ -21,7 +21,7 @@ urlpatterns = [
     path("p/<slug:slug>/agreement/", label_views.agreement_page, name="agreement"),
     path("p/<slug:slug>/annotators/", label_views.annotators_page, name="annotators"),
     path("p/<slug:slug>/grade/", label_views.grade_page, name="grade"),
-    path("p/<slug:slug>/grade/<path:response_id>/", label_views.grade_submit, name="grade-submit"),
+    path("p/<slug:slug>/grade/<int:response_pk>/", label_views.grade_submit, name="grade-submit"),
     path("jobs/<int:job_id>/", views.job_detail, name="job-detail"),
     path("jobs/<int:job_id>/cancel/", views.job_cancel_view, name="job-cancel"),
 ]

@@ -96,6 +96,13 @@
       const entry = queue[0];
       let response = null;
       try { response = await post(entry.url, entry.data); } catch (error) { response = null; }
+      if (response && response.redirected) {
+        // The session ended and the server answered with the login page: nothing was saved.
+        status("Your session has ended. Log in again in another tab; this label is kept and will be sent.", "error");
+        await new Promise((resolve) => setTimeout(resolve, delay));
+        delay = Math.min(delay * 2, 30000);
+        continue;
+      }
       if (response && response.ok) {
         savePending(pending().filter((p) => p.url !== entry.url));
         if (!history.includes(entry.assignment)) history.push(entry.assignment);

@@ -29,10 +29,10 @@ def secretive(project: Project, tmp_path: Path) -> Project:
          "metadata": {"generator_note": "TRUE-NOTE"}},
         {"type": "response", "id": "t/r1", "task": "t", "content": "Polite answer.", "source": "model-SECRET-7",
          "metadata": {"steering": "STEERING-TEXT-be-rude"}},
-        {"type": "response", "id": "t/r2", "task": "t", "content": "Rude answer.", "source": "model-SECRET-7"},
+        {"type": "response", "id": "t/model-SECRET-7-id", "task": "t", "content": "Rude answer.", "source": "model-SECRET-7"},
         {"type": "judge_score", "judge": "JUDGE-NAME-X", "response": "t/r1", "score": 0.4242},
-        {"type": "score", "response": "t/r2", "value": 0.4242},
-        {"type": "preference", "a": "t/r1", "b": "t/r2", "choice": "a", "provider": "synthetic", "annotator": "steer-gen-Q"},
+        {"type": "score", "response": "t/model-SECRET-7-id", "value": 0.4242},
+        {"type": "preference", "a": "t/r1", "b": "t/model-SECRET-7-id", "choice": "a", "provider": "synthetic", "annotator": "steer-gen-Q"},
         {"type": "rubric", "task": "t", "items": [{"id": "c1", "text": "Greets the customer."}]},
     ]  # fmt: skip
     jsonl_import(project=project, path=write_jsonl(tmp_path / "s.jsonl", records))
@@ -54,7 +54,9 @@ def test_pair_html_is_blind(secretive: Project, expert_user: User) -> None:
     revise = client.get(reverse("label-revise", args=["acme", assignment.pk])).content.decode()
     grading = client.get(reverse("grade", args=["acme"])).content.decode()
     assert "Greets the customer." in grading
-    for page in (html, revise, grading):
+    task_page = client.get(reverse("task-detail", args=["acme", "t"])).content.decode()
+    api = client.get(reverse("api-task", args=["acme", "t"])).content.decode()
+    for page in (html, revise, grading, task_page, api):
         for secret in SECRETS:
             assert secret not in page, secret
 
@@ -132,9 +134,9 @@ def test_criterion_grading_ignores_expert_rubrics_with_an_origin(
     from labeling.models import RubricItem
 
     item = RubricItem.objects.get(key="c1", rubric__origin="")
-    for response_id in ("t/r1", "t/r2"):
+    for response in secretive.responses.all():
         client.post(
-            reverse("grade-submit", args=["acme", response_id]), {f"item-{item.pk}": "pass"}
+            reverse("grade-submit", args=["acme", response.pk]), {f"item-{item.pk}": "pass"}
         )
     assert (
         "No responses with an expert rubric"
