@@ -80,10 +80,9 @@ def queue_build(
     overall preference), and give each pair `project.overlap` slots. Rebuilding refreshes
     priorities and adds new pairs; labels and claims already made are kept. Returns the number
     of pairs queued."""
-    rng = random.Random(seed)
     responses: dict[int, list[int]] = {}
-    for task_id, response_id in Response.objects.filter(project=project).values_list(
-        "task_id", "pk"
+    for task_id, response_id in (
+        Response.objects.filter(project=project).values_list("task_id", "pk").order_by("pk")
     ):
         responses.setdefault(task_id, []).append(response_id)
     tasks = {
@@ -96,7 +95,10 @@ def queue_build(
         CandidatePair(task_id, *tasks[task_id], a, b)
         for task_id in sorted(responses)
         if len(responses[task_id]) > 1
-        for a, b in _task_pairs(responses[task_id], pairs_per_task, rng)
+        # One generator per task: a change in one task leaves every other task's pairs alone.
+        for a, b in _task_pairs(
+            responses[task_id], pairs_per_task, random.Random(f"{seed}:{task_id}")
+        )
     ]
     priorities = strategy.priorities(candidates)
     total = 0

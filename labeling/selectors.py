@@ -5,6 +5,7 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Case, Count, F, OuterRef, Q, QuerySet, Subquery, When
+from django.db.models.functions import Coalesce
 
 from labeling.agreement_stats import Label
 from labeling.models import (
@@ -80,9 +81,13 @@ def tasks_browse(
         tasks = tasks.filter(domain=domain)
     if split:
         tasks = tasks.filter(split=split)
+    # Correlated counts, computed for the rows of one page only; a GROUP BY over the joined
+    # tables would aggregate the whole project on every page (and in the paginator's count).
+    responses = Response.objects.filter(task=OuterRef("pk")).values("task")
+    labels = Preference.objects.filter(task=OuterRef("pk"), is_current=True).values("task")
     return tasks.annotate(
-        response_count=Count("responses", distinct=True),
-        label_count=Count("preferences", filter=Q(preferences__is_current=True), distinct=True),
+        response_count=Coalesce(Subquery(responses.annotate(n=Count("pk")).values("n")[:1]), 0),
+        label_count=Coalesce(Subquery(labels.annotate(n=Count("pk")).values("n")[:1]), 0),
     ).order_by("external_id")
 
 

@@ -219,3 +219,26 @@ def test_a_pair_left_open_comes_back_to_its_annotator(queued: Project) -> None:
         label_submit(assignment=assignment, label=LabelInput("left", 1, 1.0))
         assignment = pair_claim_next(project=queued, annotator=alice)
     assert QueueSlot.objects.filter(done_at__isnull=True).count() == 0
+
+
+def test_rebuilding_after_a_change_in_one_task_keeps_the_others(
+    project: Project, tmp_path: Path
+) -> None:
+    jsonl_import(
+        project=project, path=write_jsonl(tmp_path / "q.jsonl", tasks_with_responses(3, 7))
+    )
+    queue_build(project=project, strategy=CoverageFirst(), dimensions=[None], pairs_per_task=8)
+    before = set(
+        QueuePair.objects.exclude(task__external_id="t0").values_list(
+            "response_a_id", "response_b_id"
+        )
+    )
+    extra = [{"type": "response", "id": "t0/r9", "task": "t0", "content": "late"}]
+    jsonl_import(project=project, path=write_jsonl(tmp_path / "r.jsonl", extra))
+    queue_build(project=project, strategy=CoverageFirst(), dimensions=[None], pairs_per_task=8)
+    after = set(
+        QueuePair.objects.exclude(task__external_id="t0").values_list(
+            "response_a_id", "response_b_id"
+        )
+    )
+    assert after == before and len(before) == 16
