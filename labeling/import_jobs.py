@@ -69,10 +69,14 @@ def import_upload(
     return job
 
 
-def import_job_run(*, job_id: int) -> dict[str, Any]:
-    """Run a queued import job; a second delivery of the same job does nothing."""
-    job = job_claim(job_id=job_id)
+def import_job_run(*, job_id: int, redelivered: bool = False) -> dict[str, Any]:
+    """Run a queued import job; a second delivery of the same job does nothing, and one that
+    the broker redelivers after its worker died starts the (all-or-nothing) import again."""
+    job = job_claim(job_id=job_id, redelivered=redelivered)
     if job is None:
+        stopped = Job.objects.filter(pk=job_id).exclude(status__in=Job.ACTIVE).first()
+        if stopped is not None:  # cancelled before it ran: its upload is no longer needed
+            (uploads_dir() / stopped.params["path"]).unlink(missing_ok=True)
         return {"job": job_id, "skipped": True}
     path = uploads_dir() / job.params["path"]
     try:

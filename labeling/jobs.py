@@ -28,9 +28,12 @@ def job_create(
     )
 
 
-def job_claim(*, job_id: int) -> Job | None:
-    """Move a queued job to running; None if another delivery already took it."""
-    claimed = Job.objects.filter(pk=job_id, status=JobStatus.QUEUED).update(
+def job_claim(*, job_id: int, redelivered: bool = False) -> Job | None:
+    """Move a queued job to running; None if another delivery already took it. A message the
+    broker delivers again after its worker died (`redelivered`) may also take back a job left
+    running: only for jobs whose work is all or nothing, so starting over is safe."""
+    claimable = [JobStatus.QUEUED, JobStatus.RUNNING] if redelivered else [JobStatus.QUEUED]
+    claimed = Job.objects.filter(pk=job_id, status__in=claimable).update(
         status=JobStatus.RUNNING, started_at=timezone.now()
     )
     if claimed != 1:
