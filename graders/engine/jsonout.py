@@ -4,10 +4,11 @@ Models wrap JSON in code fences, put prose around it, or stop mid-object when th
 tokens. Extraction is lenient about the wrapping and strict about the object: it never completes a
 truncated object and never reaches inside one, so a cut-off answer is a failure, not a score.
 
-Validation covers the part of JSON Schema that judge steps use (listed in `_KEYWORDS`), plus one
-extension, `"x-clamp": true` on a number, which pulls an out-of-range value to the nearest bound
-instead of rejecting it. Any other keyword raises `SchemaUnsupported`, so a schema never looks
-stricter than what is actually checked.
+Validation covers the part of JSON Schema that judge steps use (listed in `_KEYWORDS`), plus two
+extensions: `"x-clamp": true` on a number, which pulls an out-of-range value to the nearest
+bound instead of rejecting it, and `"x-grid": true`, which marks an enum as a decoding hint for
+servers that ignore minimum/maximum (any number in range is still accepted). Any other keyword
+raises `SchemaUnsupported`, so a schema never looks stricter than what is actually checked.
 """
 
 import json
@@ -139,11 +140,16 @@ def _is_extension(key: str) -> bool:
     return key.startswith("x-")
 
 
+def _grid_accepts(value: Any, schema: dict[str, Any]) -> bool:
+    """An `x-grid` enum steers decoding; the range, checked below, is the rule."""
+    return schema.get("x-grid") is True and _is_number(value)
+
+
 def _check(value: Any, schema: dict[str, Any], path: str) -> Any:
     _reject_unsupported(schema, path)
     if "type" in schema:
         value = _check_type(value, schema["type"], path)
-    if "enum" in schema and value not in schema["enum"]:
+    if "enum" in schema and value not in schema["enum"] and not _grid_accepts(value, schema):
         allowed = ", ".join(json.dumps(option) for option in schema["enum"])
         raise OutputInvalid(f"{_label(path)}: {json.dumps(value)} is not one of {allowed}")
     if _is_number(value):

@@ -91,6 +91,7 @@ NO_CRITERIA = "the rubric has no criteria"
 MAX_CRITERION_WEIGHT = 1000
 # Local models honour an enum but not minimum/maximum, so small integer ranges list their values.
 SMALL_INT_RANGE = 20
+FLOAT_GRID_STEPS = 20
 TYPE_HELP = "str, bool, int, float, int[low,high], float[low,high], enum[x,y,...], list[<type>]"
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -154,8 +155,15 @@ class NumberType:
             return schema
         low, high = _json_number(self.low), _json_number(self.high)
         schema |= {"minimum": low, "maximum": high}
+        # Local servers (llama.cpp) constrain decoding by enum but ignore minimum/maximum, so a
+        # range is also given as its allowed values: every integer of a small integer range, or
+        # a grid of FLOAT_GRID_STEPS steps for a float range (0, 0.05, ..., 1 for [0,1]).
         if self.integer and high - low < SMALL_INT_RANGE:
             schema["enum"] = list(range(int(low), int(high) + 1))
+        elif not self.integer:
+            step = (high - low) / FLOAT_GRID_STEPS
+            grid = [_json_number(round(low + n * step, 6)) for n in range(FLOAT_GRID_STEPS + 1)]
+            schema |= {"enum": grid, "x-grid": True}
         return schema
 
     def describe(self) -> str:

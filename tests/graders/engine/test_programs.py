@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from graders.engine.baseline import BASELINES, GENERIC_JUDGE_INSTRUCTION, baseline_program
-from graders.engine.jsonout import OutputInvalid, extract_json_object, validate
+from graders.engine.jsonout import OutputInvalid, extract_json_object, validate, wire_schema
 from graders.engine.judge import ChatRequest, ChatResult, JudgeClient, JudgeSettings, MemoryCache
 from graders.engine.programs import (
     Criterion,
@@ -227,7 +227,16 @@ def test_scalar_baseline_keeps_the_generic_judge_instruction() -> None:
 @pytest.mark.parametrize(
     ("spec", "schema"),
     [
-        ("float[0,1]", {"type": "number", "minimum": 0, "maximum": 1}),
+        (
+            "float[0,1]",
+            {
+                "type": "number",
+                "minimum": 0,
+                "maximum": 1,
+                "enum": [n / 20 for n in range(21)],
+                "x-grid": True,
+            },
+        ),
         (
             "int[1,10]",
             {"type": "integer", "minimum": 1, "maximum": 10, "enum": list(range(1, 11))},
@@ -598,6 +607,17 @@ def test_out_of_range_score_fails_the_grade() -> None:
     assert grade.error == "step fresh: unparseable judge output: score: 1.5 is above the maximum 1"
 
 
+def test_a_score_between_grid_points_is_accepted() -> None:
+    # The grid steers local decoders; a real judge's 0.73 is still a valid score in [0, 1].
+    def script(call: Call) -> Reply:
+        return {"score": 0.73} if call.step == "fresh" else seed_like_script(call)
+
+    grade = asyncio.run(
+        grade_scalar(program_validate(SEED_LIKE_SCALAR), TASK, BEST, ScriptedJudge(script))
+    )
+    assert grade.error is None and grade.reward is not None
+
+
 def test_a_lenient_client_cannot_turn_bad_output_into_a_reward() -> None:
     def script(call: Call) -> Reply:
         return {"score": "high"} if call.step == "fresh" else seed_like_script(call)
@@ -675,7 +695,8 @@ def test_a_rerun_through_the_real_client_is_served_from_its_cache() -> None:
     assert first.trace[0].request_key == second.trace[0].request_key
     assert len(bodies) == 1
     sent_schema = bodies[0]["response_format"]["json_schema"]["schema"]
-    assert sent_schema == baseline_program("scalar").steps[0].schema()
+    # What is sent is the step's schema without our own "x-" keywords.
+    assert sent_schema == wire_schema(baseline_program("scalar").steps[0].schema())
 
 
 # Pairwise -------------------------------------------------------------------------------------
