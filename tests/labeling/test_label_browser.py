@@ -25,8 +25,8 @@ from tests.labeling.helpers import write_jsonl
 pytestmark = pytest.mark.django_db(transaction=True)
 
 HOSTILE = [
-    "<script>alert('script')</script>",
-    "<img src=x onerror=\"alert('onerror')\"> <svg onload=\"alert('svg')\"></svg>",
+    "<script>window.__pwned = 'script'; alert('script')</script>",
+    "<img src=x onerror=\"window.__pwned = 1; alert('onerror')\"> <svg onload=\"alert('svg')\"></svg>",
     "[click me](javascript:alert('link')) <a href=\"javascript:alert('a')\">raw link</a>",
     "![pixel](javascript:alert('image')) ![tracker](http://127.0.0.1:9/x.png)",
 ]
