@@ -6,6 +6,7 @@ project never sits in memory at once.
 
 from collections import Counter, defaultdict
 from collections.abc import Iterator
+from itertools import batched
 from typing import Any
 
 from labeling.models import (
@@ -173,11 +174,10 @@ def pairs_records(*, project: Project) -> Iterator[dict[str, Any]]:
         top, top_count = counter.most_common(1)[0]
         if top is not None and top_count * 2 > counter.total():
             decided.append((*pair, top))
-    needed = {pk for low, high, _, _ in decided for pk in (low, high)}
+    needed = sorted({pk for low, high, _, _ in decided for pk in (low, high)})
     responses: dict[int, Response] = {}
-    for chunk_start in range(0, len(needed), CHUNK):
-        chunk = sorted(needed)[chunk_start : chunk_start + CHUNK]
-        responses |= Response.objects.select_related("task").in_bulk(chunk)
+    for chunk in batched(needed, CHUNK):
+        responses |= Response.objects.select_related("task").in_bulk(list(chunk))
     names = dict(Dimension.objects.filter(project=project).values_list("pk", "name"))
     for low, high, dimension, winner in sorted(decided, key=lambda d: (d[0], d[1], d[2] or 0)):
         chosen = responses[winner]
