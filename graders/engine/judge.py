@@ -257,6 +257,7 @@ class JudgeClient:
         self._backoff_base_s = backoff_base_s
         self._backoff_cap_s = backoff_cap_s
         self._semaphore = asyncio.Semaphore(settings.max_concurrency)
+        self._in_flight: dict[str, asyncio.Future[None]] = {}
         # An absolute URL built once: httpx re-parses a relative one against base_url per call.
         self._url = httpx.URL(settings.base_url.rstrip("/") + "/chat/completions")
         self._http = httpx.AsyncClient(
@@ -288,15 +289,37 @@ class JudgeClient:
         cache = self._cache if self.settings.temperature == 0 else None
         stored = cache.get(key) if cache is not None else None
         if stored is not None and _is_stored_completion(stored):
-            result = _interpret(stored["text"], request.schema)
-            result.cached = True
+            result = _cached_result(stored, request)
         else:
-            result = await self._call(request, key, cache)
+            result = await self._call_once(request, key, cache)
         result.request_key = key
         self.usage.add(result)
         if result.error is not None:
             _log.warning("judge call %s failed: %s", request.name, result.error)
         return result
+
+    async def _call_once(
+        self, request: ChatRequest, key: str, cache: JudgeCache | None
+    ) -> ChatResult:
+        """Identical deterministic requests in flight at the same moment (the same requirement
+        step for every ordered pair, say) make one HTTP call; the others wait for it and read
+        its answer from the cache."""
+        if cache is None:
+            return await self._call(request, key, cache)
+        pending = self._in_flight.get(key)
+        if pending is not None:
+            await asyncio.shield(pending)
+            stored = cache.get(key)
+            if stored is not None and _is_stored_completion(stored):
+                return _cached_result(stored, request)
+            return await self._call(request, key, cache)  # the first one failed: try ourselves
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._in_flight[key] = done
+        try:
+            return await self._call(request, key, cache)
+        finally:
+            del self._in_flight[key]
+            done.set_result(None)
 
     async def complete_many(self, requests: Iterable[ChatRequest]) -> list[ChatResult]:
         """Complete all requests concurrently; results keep the order of `requests`.
@@ -507,6 +530,12 @@ def _read_completion(response: httpx.Response) -> tuple[str | None, int, int]:
     if content is not None and not isinstance(content, str):
         raise _CallFailed(f"invalid judge response: content is {type(content).__name__}")
     return content, tokens_in, tokens_out
+
+
+def _cached_result(stored: dict[str, Any], request: ChatRequest) -> ChatResult:
+    result = _interpret(stored["text"], request.schema)
+    result.cached = True
+    return result
 
 
 def _is_stored_completion(value: dict[str, Any]) -> bool:

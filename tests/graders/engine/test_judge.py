@@ -533,3 +533,16 @@ def test_results_keep_request_order_under_jittered_latency(fake_judge: FakeJudge
         [grade(str(index)) for index in range(24)],
     )
     assert [result.parsed for result in results] == [{"score": index / 100} for index in range(24)]
+
+
+def test_identical_requests_in_flight_make_one_call(fake_judge: FakeJudgeServer) -> None:
+    fake_judge.latency_s = 0.2
+    results, usage = run(
+        settings_for(fake_judge.base_url), [grade("same")] * 5, cache=MemoryCache()
+    )
+    assert fake_judge.call_count == 1
+    assert (usage.calls, usage.cache_hits) == (1, 4)
+    assert {result.parsed["score"] for result in results if result.parsed} == {
+        results[0].parsed["score"]
+    }
+    assert sum(result.cached for result in results) == 4
