@@ -1,11 +1,16 @@
 """Imports from the page and the API: small files inline, large ones as a background job."""
 
 import shutil
+import tempfile
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
 from django.conf import settings
+from django.core.files import File
+from django.core.files.storage import default_storage
 from django.db import transaction
 
 from labeling.imports import ImportRejected, ImportReport, ImportStopped, jsonl_import
@@ -26,10 +31,19 @@ class UploadTooLarge(Exception):
     pass
 
 
-def uploads_dir() -> Path:
-    folder = Path(settings.MEDIA_ROOT) / "imports"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
+UPLOADS = "imports"
+
+
+@contextmanager
+def _local_copy(name: str) -> Iterator[Path]:
+    """The stored upload as a local file (the import reads it twice), removed afterwards."""
+    with (
+        tempfile.NamedTemporaryFile(suffix=".jsonl") as local,
+        default_storage.open(name, "rb") as stored,
+    ):
+        shutil.copyfileobj(stored, local, length=1024 * 1024)
+        local.flush()
+        yield Path(local.name)
 
 
 def rejection_payload(exc: ImportRejected) -> dict[str, Any]:
@@ -43,25 +57,21 @@ def rejection_payload(exc: ImportRejected) -> dict[str, Any]:
 def import_upload(
     *, project: Project, user: Any, upload: IO[bytes], size: int
 ) -> ImportReport | Job:
-    """Import an uploaded file: inline when small (raises ImportRejected), else as a job.
-
-    The upload is copied to its own file first, because Django deletes its temporary file when
-    the request ends and the job runs later in another process.
-    """
+    """Import an uploaded file: inline when small (raises ImportRejected), else as a job."""
     if size > settings.IMPORT_MAX_FILE_BYTES:
         raise UploadTooLarge(
             f"the file has {size} bytes; the limit is {settings.IMPORT_MAX_FILE_BYTES}"
         )
-    path = uploads_dir() / f"{uuid.uuid4().hex}.jsonl"
-    with open(path, "wb") as out:
-        shutil.copyfileobj(upload, out, length=1024 * 1024)
     if size <= settings.IMPORT_INLINE_MAX_BYTES:
-        try:
-            return jsonl_import(project=project, path=path)
-        finally:
-            path.unlink(missing_ok=True)
+        with tempfile.NamedTemporaryFile(suffix=".jsonl") as local:
+            shutil.copyfileobj(upload, local, length=1024 * 1024)
+            local.flush()
+            return jsonl_import(project=project, path=Path(local.name))
+    # Kept in the project's storage (a shared one in production), because the job runs later,
+    # maybe on another machine, after Django has deleted the request's temporary file.
+    name = default_storage.save(f"{UPLOADS}/{uuid.uuid4().hex}.jsonl", File(upload))
     job = job_create(
-        kind=IMPORT_JOB, project=project, user=user, params={"path": path.name, "bytes": size}
+        kind=IMPORT_JOB, project=project, user=user, params={"path": name, "bytes": size}
     )
     from labeling.tasks import import_file_task
 
@@ -76,16 +86,17 @@ def import_job_run(*, job_id: int, redelivered: bool = False) -> dict[str, Any]:
     if job is None:
         stopped = Job.objects.filter(pk=job_id).exclude(status__in=Job.ACTIVE).first()
         if stopped is not None:  # cancelled before it ran: its upload is no longer needed
-            (uploads_dir() / stopped.params["path"]).unlink(missing_ok=True)
+            default_storage.delete(stopped.params["path"])
         return {"job": job_id, "skipped": True}
-    path = uploads_dir() / job.params["path"]
+    name = job.params["path"]
     try:
-        report = jsonl_import(
-            project=job.project,
-            path=path,
-            progress=job_progress_reporter(job),
-            should_stop=lambda: job_cancel_requested(job=job),
-        )
+        with _local_copy(name) as path:
+            report = jsonl_import(
+                project=job.project,
+                path=path,
+                progress=job_progress_reporter(job),
+                should_stop=lambda: job_cancel_requested(job=job),
+            )
     except ImportRejected as exc:
         job_finish(job=job, status=JobStatus.FAILED, result=rejection_payload(exc), error=str(exc))
     except (JobCancelled, ImportStopped):
@@ -100,5 +111,5 @@ def import_job_run(*, job_id: int, redelivered: bool = False) -> dict[str, Any]:
             result={"lines": report.lines, "counts": report.counts},
         )
     finally:
-        path.unlink(missing_ok=True)
+        default_storage.delete(name)
     return {"job": job_id, "status": Job.objects.get(pk=job_id).status}

@@ -37,7 +37,10 @@ def test_large_upload_becomes_a_job_that_runs_once(
         job = import_upload(project=project, user=admin_user, upload=upload, size=size)
     assert isinstance(job, Job) and job.status == JobStatus.QUEUED and len(callbacks) == 1
     assert Task.objects.count() == 0
+    stored = tmp_path / "media" / job.params["path"]
+    assert stored.exists()  # kept in the project's storage until the job has read it
     assert import_job_run(job_id=job.pk) == {"job": job.pk, "status": "succeeded"}
+    assert not stored.exists()
     job.refresh_from_db()
     assert job.result["counts"]["task"] == 2 and job.finished_at is not None
     assert job.stage == "Writing records" and job.total == 16
