@@ -108,3 +108,25 @@ def test_real_worker_runs_an_import_enqueued_on_commit(
     job.refresh_from_db()
     assert job.status == JobStatus.SUCCEEDED, job.error
     assert Task.objects.filter(project=project).count() == 2
+
+
+def test_a_cancelled_jobs_upload_is_deleted_when_its_message_arrives(
+    project: Project, admin_user: User, tmp_path: Path, small_inline_limit: None
+) -> None:
+    upload, size = big_upload(tmp_path, basic_records())
+    job = import_upload(project=project, user=admin_user, upload=upload, size=size)
+    job_cancel(job=job)
+    assert import_job_run(job_id=job.pk)["skipped"]
+    assert not (tmp_path / "media" / job.params["path"]).exists()
+
+
+def test_a_redelivery_after_a_dead_worker_takes_the_import_back(
+    project: Project, admin_user: User, tmp_path: Path, small_inline_limit: None
+) -> None:
+    upload, size = big_upload(tmp_path, basic_records())
+    job = import_upload(project=project, user=admin_user, upload=upload, size=size)
+    Job.objects.filter(pk=job.pk).update(status=JobStatus.RUNNING)  # its worker died mid-import
+    assert import_job_run(job_id=job.pk)["skipped"]  # an ordinary second delivery
+    assert Task.objects.count() == 0
+    assert import_job_run(job_id=job.pk, redelivered=True)["status"] == "succeeded"
+    assert Task.objects.count() == 2
