@@ -118,6 +118,7 @@ def queue_build(
         ]
         for chunk in itertools.batched(rows, 2000):
             _pairs_upsert(project, list(chunk), dimension)
+        _pairs_prune(project, dimension, {(r.response_a_id, r.response_b_id) for r in rows})
         total += len(rows)
     _slots_fill(project)
     return total
@@ -142,6 +143,22 @@ def _pairs_upsert(project: Project, rows: list[QueuePair], dimension: Dimension 
             changed.append(row)
     QueuePair.objects.bulk_create(new)
     QueuePair.objects.bulk_update(changed, ["block", "priority", "strategy"])
+
+
+def _pairs_prune(
+    project: Project, dimension: Dimension | None, wanted: set[tuple[int, int]]
+) -> None:
+    """Drop pairs the new selection no longer wants, unless someone was already served them
+    (their labels and assignments stay meaningful)."""
+    stale = [
+        pk
+        for pk, a, b in QueuePair.objects.filter(project=project, dimension=dimension).values_list(
+            "pk", "response_a_id", "response_b_id"
+        )
+        if (a, b) not in wanted
+    ]
+    for chunk in itertools.batched(stale, 5000):
+        QueuePair.objects.filter(pk__in=chunk, assignments__isnull=True).delete()
 
 
 def _slots_fill(project: Project) -> None:

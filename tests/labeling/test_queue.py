@@ -242,3 +242,19 @@ def test_rebuilding_after_a_change_in_one_task_keeps_the_others(
         )
     )
     assert after == before and len(before) == 16
+
+
+def test_rebuilding_drops_pairs_no_longer_wanted_unless_served(
+    project: Project, tmp_path: Path
+) -> None:
+    jsonl_import(
+        project=project, path=write_jsonl(tmp_path / "q.jsonl", tasks_with_responses(1, 5))
+    )
+    queue_build(project=project, strategy=CoverageFirst(), dimensions=[None], pairs_per_task=10)
+    assert QueuePair.objects.count() == 10  # all pairs of 5 responses
+    (alice,) = annotators(project, "alice")
+    served = pair_claim_next(project=project, annotator=alice)
+    assert served is not None
+    queue_build(project=project, strategy=CoverageFirst(), dimensions=[None], pairs_per_task=4)
+    remaining = set(QueuePair.objects.values_list("pk", flat=True))
+    assert served.pair_id in remaining and len(remaining) <= 5
