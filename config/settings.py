@@ -127,6 +127,9 @@ JUDGE_API_KEY_ENV_ALLOWED = env_list(
     "OPENAI_API_KEY,ANTHROPIC_API_KEY,FIREWORKS_API_KEY,TOGETHER_API_KEY,OPENROUTER_API_KEY",
 )
 JUDGE_API_KEY_ENV_PREFIX = os.environ.get("JUDGE_API_KEY_ENV_PREFIX", "JUDGE_KEY_")
+# Hosts judge endpoints may point at (empty: any). Workers send graded text there and show the
+# answers in traces, so an operator can pin them, e.g. "api.openai.com,127.0.0.1".
+JUDGE_BASE_URL_HOSTS = env_list("JUDGE_BASE_URL_HOSTS", "")
 
 # Files up to this size import inside the request; larger ones become a background job.
 IMPORT_INLINE_MAX_BYTES = int(os.environ.get("IMPORT_INLINE_MAX_BYTES", 2 * 1024 * 1024))

@@ -1,6 +1,8 @@
 """Schema of the grading side: judge endpoints, metagrader programs, grading runs and their
 grades, and the judge-call cache that makes a rerun of finished work free."""
 
+from urllib.parse import urlsplit
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
@@ -25,6 +27,18 @@ def api_key_env_check(name: str) -> None:
                 f"{', '.join(settings.JUDGE_API_KEY_ENV_ALLOWED)} or a name starting with "
                 f"{settings.JUDGE_API_KEY_ENV_PREFIX} (JUDGE_API_KEY_ENV_ALLOWED and "
                 "JUDGE_API_KEY_ENV_PREFIX set these)."
+            }
+        )
+
+
+def base_url_check(url: str) -> None:
+    """Only operator-approved hosts, when the operator names any (JUDGE_BASE_URL_HOSTS)."""
+    host = urlsplit(url).hostname or ""
+    if settings.JUDGE_BASE_URL_HOSTS and host not in settings.JUDGE_BASE_URL_HOSTS:
+        raise ValidationError(
+            {
+                "base_url": f"{host or url!r} is not an allowed judge host: use one of "
+                f"{', '.join(settings.JUDGE_BASE_URL_HOSTS)} (JUDGE_BASE_URL_HOSTS sets them)."
             }
         )
 
@@ -76,6 +90,7 @@ class JudgeEndpoint(models.Model):
 
     def clean(self) -> None:
         api_key_env_check(self.api_key_env)
+        base_url_check(self.base_url)
 
 
 class Origin(models.TextChoices):

@@ -15,6 +15,7 @@ from graders.models import (
     Metagrader,
     Origin,
     api_key_env_check,
+    base_url_check,
 )
 from labeling.jobs import job_create
 from labeling.models import Project, Task
@@ -26,6 +27,7 @@ def endpoint_settings(endpoint: JudgeEndpoint) -> JudgeSettings:
     """The engine's view of an endpoint (the key stays in the environment). The key variable is
     checked again here, so an endpoint written around the form cannot leak another secret."""
     api_key_env_check(endpoint.api_key_env)
+    base_url_check(endpoint.base_url)
     return JudgeSettings(
         base_url=endpoint.base_url,
         model=endpoint.model,

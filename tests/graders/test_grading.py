@@ -416,3 +416,30 @@ def test_meta_eval_counts_only_pairs_the_judge_scored_and_uses_the_majority(
     jsonl_import(project=project, path=write_jsonl(tmp_path / "m.jsonl", records))
     (row,) = meta_eval_rows(project=project, reference="human")["rows"]
     assert (row["pairs"], row["runs"], row["accuracy"], row["failed_runs"]) == (2, 1, 1.0, 0)
+
+
+def test_operators_can_pin_judge_hosts(
+    graded_project: Project, admin_user: Any, judge: JudgeEndpoint, settings: Any
+) -> None:
+    from django.core.exceptions import ValidationError
+    from django.test import Client
+    from django.urls import reverse
+
+    from graders.services import endpoint_settings
+
+    settings.JUDGE_BASE_URL_HOSTS = ["api.example.com"]
+    admin = Client()
+    admin.force_login(admin_user)
+    form = {"name": "inner", "base_url": "http://10.0.0.7:8080/v1", "model": "m", "api_key_env": "",
+            "temperature": 0, "max_tokens": 512, "max_concurrency": 4, "timeout_s": 60, "price_in_per_mtok": 0,
+            "price_out_per_mtok": 0, "response_format": "json_schema"}  # fmt: skip
+    response = admin.post(reverse("judges", args=["acme"]), form)
+    assert response.status_code == 400 and "not an allowed judge host" in response.content.decode()
+    assert (
+        admin.post(
+            reverse("judges", args=["acme"]), form | {"base_url": "https://api.example.com/v1"}
+        ).status_code
+        == 302
+    )
+    with pytest.raises(ValidationError):
+        endpoint_settings(judge)  # 127.0.0.1 is not pinned
