@@ -2,6 +2,7 @@
 meta-evaluating judges on labeled pairs (PADME)."""
 
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,7 @@ from graders.engine.metrics import (
     within_task_spearman_ci,
 )
 from graders.models import Grade, GradingRun
-from labeling.agreement_stats import majority_vote
+from labeling.agreement_stats import Category, majority_vote
 from labeling.models import JudgeScore, Preference, Project, Score, ScoreProvider
 
 PAIRWISE_KINDS = {"pairwise", "pairwise_rubric"}
@@ -61,11 +62,31 @@ def _reference_scores(response_pks: list[int]) -> tuple[str, dict[int, float]] |
     return None
 
 
+def majority_oriented(
+    rows: Iterable[tuple[int, int, str, Any]],
+) -> dict[Any, tuple[int, int]]:
+    """(response a, response b, choice, group) rows -> for each (group, pair) whose labels have a
+    non-tie strict majority, the pair oriented winner first. Several labels of one pair (people,
+    generators) count once, by their majority; ties count as votes."""
+    votes: dict[tuple[Any, int, int], list[Category]] = defaultdict(list)
+    for a, b, choice, group in rows:
+        low, high = sorted((a, b))
+        winner = {"a": a, "b": b}.get(choice)
+        votes[(group, low, high)].append(
+            "tie" if winner is None else ("first" if winner == low else "second")
+        )
+    oriented: dict[Any, tuple[int, int]] = {}
+    for (group, low, high), categories in votes.items():
+        majority = majority_vote(categories)
+        if majority in ("first", "second"):
+            oriented[(group, low, high)] = (low, high) if majority == "first" else (high, low)
+    return oriented
+
+
 def _preference_pairs(
     response_pks: set[int], rewards: dict[int, float | None], task_of: dict[int, int]
 ) -> RankingPairs | None:
     """Human-majority non-tie overall pairs among the graded responses, winner first."""
-    votes: dict[tuple[int, int], list[str]] = defaultdict(list)
     # Overall preferences only: a label on a dimension answers a different question.
     rows = Preference.objects.filter(
         is_current=True,
@@ -73,18 +94,8 @@ def _preference_pairs(
         dimension__isnull=True,
         response_a_id__in=response_pks,
         response_b_id__in=response_pks,
-    ).values_list("response_a_id", "response_b_id", "choice")
-    for a, b, choice in rows:
-        low, high = sorted((a, b))
-        winner = {"a": a, "b": b}.get(choice)
-        votes[(low, high)].append(
-            "tie" if winner is None else ("first" if winner == low else "second")
-        )
-    oriented = []
-    for (low, high), categories in votes.items():
-        majority = majority_vote(categories)  # type: ignore[arg-type]
-        if majority in ("first", "second"):
-            oriented.append((low, high) if majority == "first" else (high, low))
+    ).values_list("response_a_id", "response_b_id", "choice", "dimension_id")
+    oriented = list(majority_oriented(rows).values())
     if not oriented:
         return None
 
@@ -159,22 +170,10 @@ def meta_eval_rows(
     )
     if dimension is not None:
         preferences = preferences.filter(dimension__name=dimension)
-    # Several labels of one pair (several people, several generators) count once, by their
-    # majority; a pair without a non-tie majority has no preferred response and is left out.
-    votes: dict[tuple[str | None, int, int], list[str]] = defaultdict(list)
-    for a, b, choice, dim in preferences.values_list(
-        "response_a_id", "response_b_id", "choice", "dimension__name"
-    ):
-        low, high = sorted((a, b))
-        winner = {"a": a, "b": b}.get(choice)
-        votes[(dim, low, high)].append(
-            "tie" if winner is None else ("first" if winner == low else "second")
-        )
     labeled: dict[str | None, set[tuple[int, int]]] = defaultdict(set)
-    for (dim, low, high), categories in votes.items():
-        majority = majority_vote(categories)  # type: ignore[arg-type]
-        if majority in ("first", "second"):
-            labeled[dim].add((low, high) if majority == "first" else (high, low))
+    rows = preferences.values_list("response_a_id", "response_b_id", "choice", "dimension__name")
+    for (dim, _, _), pair in majority_oriented(rows).items():
+        labeled[dim].add(pair)
     scores: dict[tuple[str, str | None], dict[int, dict[int, float | None]]] = defaultdict(
         lambda: defaultdict(dict)
     )

@@ -9,7 +9,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from labeling.access import Perm, job_access, project_access
-from labeling.exports import labels_records, pairs_records
+from labeling.exports import EXPORT_KINDS, export_records
 from labeling.import_jobs import UploadTooLarge, import_upload, rejection_payload
 from labeling.imports import ImportRejected
 from labeling.jobs import job_cancel
@@ -140,9 +140,9 @@ def import_create(request: Request, slug: str) -> Response:
 def export_get(request: Request, slug: str) -> StreamingHttpResponse:
     access = project_access(user=request.user, slug=slug, perm=Perm.EXPORT)
     kind = request.query_params.get("kind", "labels")
-    if kind not in {"labels", "pairs"}:
+    if kind not in EXPORT_KINDS:
         raise Http404("Unknown export kind; use labels or pairs.")
-    records = (labels_records if kind == "labels" else pairs_records)(project=access.project)
+    records = export_records(project=access.project, kind=kind)
     return StreamingHttpResponse(jsonl_lines(records), content_type="application/x-ndjson")
 
 

@@ -195,3 +195,11 @@ def pairs_records(*, project: Project) -> Iterator[dict[str, Any]]:
         if dimension is not None:
             record["dimension"] = names[dimension]
         yield record
+
+
+EXPORT_KINDS = {"labels": labels_records, "pairs": pairs_records}
+
+
+def export_records(*, project: Project, kind: str) -> Iterator[dict[str, Any]]:
+    """The records of one export kind; KeyError for an unknown kind."""
+    return EXPORT_KINDS[kind](project=project)

@@ -11,7 +11,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from labeling.access import Perm, job_access, project_access
-from labeling.exports import labels_records, pairs_records
+from labeling.exports import EXPORT_KINDS, export_records
 from labeling.forms import ImportForm, SplitForm, TaskFilterForm
 from labeling.import_jobs import UploadTooLarge, import_upload, rejection_payload
 from labeling.imports import ImportRejected
@@ -132,12 +132,10 @@ def import_page(request: HttpRequest, slug: str) -> HttpResponse:
 def export_download(request: HttpRequest, slug: str) -> StreamingHttpResponse:
     access = project_access(user=request.user, slug=slug, perm=Perm.EXPORT)
     kind = request.GET.get("kind", "labels")
-    if kind not in {"labels", "pairs"}:
+    if kind not in EXPORT_KINDS:
         raise Http404("Unknown export kind.")
-    records = labels_records if kind == "labels" else pairs_records
-    response = StreamingHttpResponse(
-        jsonl_lines(records(project=access.project)), content_type="application/x-ndjson"
-    )
+    records = export_records(project=access.project, kind=kind)
+    response = StreamingHttpResponse(jsonl_lines(records), content_type="application/x-ndjson")
     response["Content-Disposition"] = f'attachment; filename="{slug}-{kind}.jsonl"'
     return response
 

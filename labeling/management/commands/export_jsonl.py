@@ -6,7 +6,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from labeling.cli import project_or_error
-from labeling.exports import labels_records, pairs_records
+from labeling.exports import export_records
 from labeling.jsonl import jsonl_write
 
 
@@ -20,9 +20,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         project = project_or_error(options["project"])
-        records = (labels_records if options["kind"] == "labels" else pairs_records)(
-            project=project
-        )
+        records = export_records(project=project, kind=options["kind"])
         output: Path | None = options["output"]
         if output is None:
             jsonl_write(records, self.stdout)
