@@ -91,7 +91,7 @@ def _items_claim(run: GradingRun, size: int) -> list[GradingItem]:
 
 
 def _work_load(items: Sequence[GradingItem], program: Program) -> list[TaskWork]:
-    tasks = Task.objects.in_bulk([item.task_id for item in items])
+    tasks = Task.objects.prefetch_related("documents").in_bulk([item.task_id for item in items])
     documents: dict[int, list[DocumentInput]] = {}
     for task in tasks.values():
         documents[task.pk] = [

@@ -13,7 +13,7 @@ from labeling.access import Perm, ProjectAccess, project_access
 from labeling.agreement_stats import agreement_report, annotator_summaries
 from labeling.criterion_grading import GradesRejected, ItemMark, criterion_grades_submit
 from labeling.forms import QueueBuildForm
-from labeling.models import QueueAssignment, Response, RubricItem
+from labeling.models import Annotator, QueueAssignment, Response, RubricItem
 from labeling.queue import (
     LabelInput,
     LabelRejected,
@@ -36,12 +36,11 @@ from labeling.strategies import CoverageFirst
 def _card(
     request: HttpRequest,
     access: ProjectAccess,
+    annotator: Annotator,
     assignment: QueueAssignment | None,
     *,
     fragment: bool,
-    status: int = 200,
 ) -> HttpResponse:
-    annotator = annotator_for_user(project=access.project, user=request.user)
     context = {
         "access": access,
         "project": access.project,
@@ -49,7 +48,7 @@ def _card(
         "pair": pair_view(assignment=assignment) if assignment is not None else None,
     }
     template = "labeling/label.html" + ("#pair-card" if fragment else "")
-    return render(request, template, context, status=status)
+    return render(request, template, context)
 
 
 @require_GET
@@ -59,7 +58,11 @@ def label_page(request: HttpRequest, slug: str) -> HttpResponse:
     annotator = annotator_for_user(project=access.project, user=request.user)
     assignment = pair_claim_next(project=access.project, annotator=annotator)
     return _card(
-        request, access, assignment, fragment=bool(request.htmx) or "fragment" in request.GET
+        request,
+        access,
+        annotator,
+        assignment,
+        fragment=bool(request.htmx) or "fragment" in request.GET,
     )
 
 
@@ -81,7 +84,8 @@ def _own_assignment(
 @login_required
 def label_revise(request: HttpRequest, slug: str, assignment_id: int) -> HttpResponse:
     access = project_access(user=request.user, slug=slug, perm=Perm.LABEL)
-    return _card(request, access, _own_assignment(request, access, assignment_id), fragment=True)
+    assignment = _own_assignment(request, access, assignment_id)
+    return _card(request, access, assignment.annotator, assignment, fragment=True)
 
 
 @require_POST
@@ -101,21 +105,20 @@ def label_submit_view(request: HttpRequest, slug: str, assignment_id: int) -> Ht
     except (LabelRejected, ValueError) as exc:
         return HttpResponse(str(exc), status=400, content_type="text/plain")
     annotator = assignment.annotator
-    return _card(
-        request, access, pair_claim_next(project=access.project, annotator=annotator), fragment=True
-    )
+    following = pair_claim_next(project=access.project, annotator=annotator)
+    return _card(request, access, annotator, following, fragment=True)
 
 
 def _grading_card(
     request: HttpRequest,
     access: ProjectAccess,
+    annotator: Annotator,
     response: Response | None,
     *,
     fragment: bool,
     error: str = "",
     unsaved: list[ItemMark] | None = None,
 ) -> HttpResponse:
-    annotator = annotator_for_user(project=access.project, user=request.user)
     grading = None
     if response is not None:
         grading = criterion_grading_view(
@@ -134,7 +137,7 @@ def grade_page(request: HttpRequest, slug: str) -> HttpResponse:
     access = project_access(user=request.user, slug=slug, perm=Perm.LABEL)
     annotator = annotator_for_user(project=access.project, user=request.user)
     response = criterion_grading_next(project=access.project, annotator=annotator)
-    return _grading_card(request, access, response, fragment=bool(request.htmx))
+    return _grading_card(request, access, annotator, response, fragment=bool(request.htmx))
 
 
 @require_POST
@@ -161,11 +164,12 @@ def grade_submit(request: HttpRequest, slug: str, response_pk: int) -> HttpRespo
         criterion_grades_submit(response=response, annotator=annotator, marks=marks)
     except GradesRejected as exc:
         return _grading_card(
-            request, access, response, fragment=True, error=str(exc), unsaved=marks
+            request, access, annotator, response, fragment=True, error=str(exc), unsaved=marks
         )
     return _grading_card(
         request,
         access,
+        annotator,
         criterion_grading_next(project=access.project, annotator=annotator),
         fragment=True,
     )
