@@ -198,6 +198,9 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
+# A worker running a long job (a search) beats every quarter of this; a job whose beat is
+# older is taken over by the next worker that starts or receives it again.
+JOB_LEASE_SECONDS = float(os.environ.get("WORKBENCH_JOB_LEASE_SECONDS", 60))
 CELERY_TASK_TIME_LIMIT = int(os.environ.get("CELERY_TASK_TIME_LIMIT", 6 * 3600))
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True

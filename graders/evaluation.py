@@ -24,7 +24,7 @@ from graders.engine.metrics import (
 )
 from graders.models import Grade, GradingRun
 from labeling.agreement_stats import Category, majority_vote
-from labeling.models import JudgeScore, Preference, Project, Score, ScoreProvider
+from labeling.models import JudgeScore, Preference, Project, Score, ScoreProvider, Split, Task
 
 PAIRWISE_KINDS = {"pairwise", "pairwise_rubric"}
 
@@ -112,17 +112,43 @@ def _preference_pairs(
 
 def grading_evaluate(*, run: GradingRun) -> dict[str, Any]:
     """Agreement of a run's rewards with the experts: against true-grader (or expert) scores
-    when the graded responses have them, else against human-majority preferences."""
+    when the graded responses have them, else against human-majority preferences; overall and
+    per task domain, each domain marked held out when no task of it is in D_meta or
+    D_selection (so nothing the search saw came from it)."""
     rows = list(
-        Grade.objects.filter(run=run).values_list("response_id", "response__task_id", "reward")
+        Grade.objects.filter(run=run).values_list(
+            "response_id", "response__task_id", "response__task__domain", "reward"
+        )
     )
-    rewards = {pk: reward for pk, _, reward in rows}
-    task_of = {pk: task for pk, task, _ in rows}
-    summary: dict[str, Any] = {
-        "graded": len(rows),
-        "failed": sum(1 for _, _, reward in rows if reward is None),
-    }
+    rewards = {pk: reward for pk, _, _, reward in rows}
+    task_of = {pk: task for pk, task, _, _ in rows}
     tol = 0.0 if run.metagrader.kind in PAIRWISE_KINDS else 0.1
+    summary = _rewards_evaluate(rewards, task_of, tol)
+    domains = sorted({domain for _, _, domain, _ in rows})
+    if len(domains) > 1:
+        seen = set(
+            Task.objects.filter(
+                project_id=run.project_id, split__in=[Split.META, Split.SELECTION]
+            ).values_list("domain", flat=True)
+        )
+        summary["by_domain"] = [
+            {
+                "domain": domain,
+                "held_out": domain not in seen,
+                **_rewards_evaluate({pk: r for pk, _, d, r in rows if d == domain}, task_of, tol),
+            }
+            for domain in domains
+        ]
+    return summary
+
+
+def _rewards_evaluate(
+    rewards: dict[int, float | None], task_of: dict[int, int], tol: float
+) -> dict[str, Any]:
+    summary: dict[str, Any] = {
+        "graded": len(rewards),
+        "failed": sum(1 for reward in rewards.values() if reward is None),
+    }
     reference = _reference_scores(list(rewards))
     if reference is not None:
         provider, truth = reference

@@ -7,7 +7,7 @@ a dead worker), grades are unique per run and response, and every deterministic 
 in the cache, so a redelivered or resumed run repeats no finished work and no judge call."""
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Any
@@ -48,6 +48,10 @@ def chunk_size(settings: JudgeSettings) -> int:
 
 
 ABANDONED = timedelta(minutes=15)
+BUDGET_SPENT = (
+    "Stopped: the budget is spent. Raise it and resume; finished tasks and cached judge "
+    "answers are kept."
+)
 RECHECK_SECONDS = 60
 
 
@@ -263,6 +267,50 @@ def _claims_release(run: GradingRun, items: Sequence[GradingItem]) -> None:
     )
 
 
+def run_budget(max_calls: int | None, max_cost: float | None, spent: dict[str, Any]) -> Budget:
+    """What is left of a budget after `spent` (a usage dict)."""
+    return Budget(
+        max_calls=None if max_calls is None else max(0, max_calls - int(spent.get("calls", 0))),
+        max_cost=None if max_cost is None else max(0.0, max_cost - float(spent.get("cost", 0.0))),
+    )
+
+
+def run_grade(
+    run: GradingRun, *, budget: Budget, progress: Callable[[int, int], None]
+) -> tuple[Usage, bool]:
+    """Grade every task of the run that can be claimed, chunk by chunk, storing each chunk's
+    grades and usage as it lands; `progress(done, total)` is called before each chunk and may
+    raise (JobCancelled) to stop. Returns this pass's usage and whether the budget ran out;
+    claims are released on any way out, so nothing stays held."""
+    program = program_validate(run.metagrader.program)
+    settings = endpoint_settings(run.endpoint)
+    total = GradingItem.objects.filter(run=run).count()
+    cache = DatabaseJudgeCache(settings.model)
+    usage = Usage()
+    items: list[GradingItem] = []
+    try:
+        while True:
+            progress(GradingItem.objects.filter(run=run, status=ItemStatus.DONE).count(), total)
+            items = _items_claim(run, chunk_size(settings))
+            if not items:
+                return usage, False
+            chunk = cache.run(
+                _chunk_grade(program, settings, cache, budget, _work_load(items, program))
+            )
+            _outcomes_store(run, program, chunk.outcomes)
+            _usage_add(run, chunk.usage)
+            for key, value in chunk.usage.as_dict().items():
+                setattr(usage, key, getattr(usage, key) + value)
+            if chunk.budget_spent:
+                return usage, True
+    finally:
+        _claims_release(run, items)
+
+
+def run_complete(run: GradingRun) -> bool:
+    return not GradingItem.objects.filter(run=run).exclude(status=ItemStatus.DONE).exists()
+
+
 def grading_run_execute(*, run_id: int) -> dict[str, Any]:
     """Grade every task of the run not graded yet. Safe to call again at any time."""
     run = GradingRun.objects.select_related("job", "metagrader", "endpoint").get(pk=run_id)
@@ -274,61 +322,41 @@ def grading_run_execute(*, run_id: int) -> dict[str, Any]:
     job.refresh_from_db()
     if job.status != JobStatus.RUNNING:
         return {"run": run_id, "skipped": True}
-    program = program_validate(run.metagrader.program)
-    settings = endpoint_settings(run.endpoint)
-    spent = run.usage
-    budget = Budget(
-        max_calls=None
-        if run.max_calls is None
-        else max(0, run.max_calls - int(spent.get("calls", 0))),
-        max_cost=None
-        if run.max_cost is None
-        else max(0.0, run.max_cost - float(spent.get("cost", 0.0))),
-    )
-    total = GradingItem.objects.filter(run=run).count()
-    cache = DatabaseJudgeCache(settings.model)
-    items: list[GradingItem] = []
+
+    def progress(done: int, total: int) -> None:
+        job_progress(job=job, stage="Grading tasks", done=done, total=total)
+
     try:
-        while True:
-            done = GradingItem.objects.filter(run=run, status=ItemStatus.DONE).count()
-            job_progress(job=job, stage="Grading tasks", done=done, total=total)
-            items = _items_claim(run, chunk_size(settings))
-            if not items:
-                break
-            chunk = cache.run(
-                _chunk_grade(program, settings, cache, budget, _work_load(items, program))
-            )
-            _outcomes_store(run, program, chunk.outcomes)
-            _usage_add(run, chunk.usage)
-            if chunk.budget_spent:
-                _claims_release(run, items)
-                job_finish(
-                    job=job,
-                    status=JobStatus.FAILED,
-                    error="Stopped: the budget is spent. Raise it and resume; finished tasks and "
-                    "cached judge answers are kept.",
-                )
-                return {"run": run_id, "status": "budget"}
+        _, budget_spent = run_grade(
+            run, budget=run_budget(run.max_calls, run.max_cost, run.usage), progress=progress
+        )
     except JobCancelled:
-        _claims_release(run, items)
         job_finish(job=job, status=JobStatus.CANCELLED, error="Cancelled; grades so far are kept.")
         return {"run": run_id, "status": "cancelled"}
     except Exception as exc:
-        _claims_release(run, items)
         job_finish(job=job, status=JobStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
         raise
-    if GradingItem.objects.filter(run=run).exclude(status=ItemStatus.DONE).exists():
+    if budget_spent:
+        job_finish(job=job, status=JobStatus.FAILED, error=BUDGET_SPENT)
+        return {"run": run_id, "status": "budget"}
+    if not run_complete(run):
         # Another delivery still holds tasks, or a dead one did until its claims go stale:
         # look again later, and whoever finishes the last task finishes the run.
         from graders.tasks import grading_run_task
 
         grading_run_task.apply_async((run.pk,), countdown=RECHECK_SECONDS)
         return {"run": run_id, "status": "waiting"}
+    run_finish(run)
+    return {"run": run_id, "status": "succeeded"}
+
+
+def run_finish(run: GradingRun) -> None:
+    """Evaluate a complete run and mark its job done."""
+    total = GradingItem.objects.filter(run=run).count()
     run.evaluation = grading_evaluate(run=run)
     run.save(update_fields=["evaluation"])
-    job_progress(job=job, stage="Done", done=total, total=total)
-    job_finish(job=job, status=JobStatus.SUCCEEDED, result={"graded_tasks": total})
-    return {"run": run_id, "status": "succeeded"}
+    job_progress(job=run.job, stage="Done", done=total, total=total)
+    job_finish(job=run.job, status=JobStatus.SUCCEEDED, result={"graded_tasks": total})
 
 
 def grading_run_resume(*, run: GradingRun) -> None:

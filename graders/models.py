@@ -150,6 +150,11 @@ class GradingRun(models.Model):
     endpoint = models.ForeignKey(JudgeEndpoint, on_delete=models.PROTECT, related_name="runs")
     split = models.CharField(max_length=16, blank=True, default="")
     job = models.OneToOneField(Job, on_delete=models.PROTECT, related_name="grading_run")
+    # Set for the runs a search makes (a candidate on D_selection, a best-so-far on D_eval);
+    # the search's worker runs them, so they are never resumed on their own.
+    search = models.ForeignKey(
+        "SearchRun", null=True, blank=True, on_delete=models.CASCADE, related_name="runs"
+    )
     max_calls = models.PositiveIntegerField(null=True, blank=True)
     max_cost = models.FloatField(null=True, blank=True)
     usage = models.JSONField(default=dict, blank=True)
@@ -206,3 +211,130 @@ class Grade(models.Model):
 
     def __str__(self) -> str:
         return f"{self.response} = {self.reward}"
+
+
+class SearchMode(models.TextChoices):
+    BEST_OF_N = "best_of_n", "Best of N"
+    EVOLUTIONARY = "evolutionary", "Evolutionary"
+
+
+class SearchRun(models.Model):
+    """A metagrader search (DESIGN.md section 6): candidates proposed from D_meta, graded on
+    D_selection, the best reported on D_eval. Round 0 holds the baseline and `n` proposals;
+    an evolutionary search adds `iterations` rounds of `k`. `proposer` is the strong model
+    that writes candidates; without one the structured proposer mutates programs."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="searches")
+    job = models.OneToOneField(Job, on_delete=models.PROTECT, related_name="search_run")
+    kind = models.CharField(max_length=20)
+    mode = models.CharField(max_length=16, choices=SearchMode.choices)
+    endpoint = models.ForeignKey(JudgeEndpoint, on_delete=models.PROTECT, related_name="searches")
+    proposer = models.ForeignKey(
+        JudgeEndpoint, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    n = models.PositiveIntegerField()
+    iterations = models.PositiveIntegerField(default=0)
+    k = models.PositiveIntegerField(default=3)
+    seed = models.IntegerField(default=0)
+    max_calls = models.PositiveIntegerField(null=True, blank=True)
+    max_cost = models.FloatField(null=True, blank=True)
+    usage = models.JSONField(default=dict, blank=True)
+    # One point per finished round: the best-so-far candidate with its selection and eval
+    # accuracy, which is what the overfitting chart draws.
+    curve = models.JSONField(default=list, blank=True)
+    winner = models.ForeignKey(
+        "Candidate", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(condition=Q(n__gte=1), name="search_n"),
+            models.CheckConstraint(condition=Q(k__gte=1), name="search_k"),
+        ]
+
+    def __str__(self) -> str:
+        return f"search {self.pk} ({self.kind}, {self.get_mode_display()})"
+
+
+class CandidateStatus(models.TextChoices):
+    PROPOSED = "proposed", "Proposed"
+    GRADED = "graded", "Graded"
+    REJECTED = "rejected", "Rejected"
+
+
+class Candidate(models.Model):
+    """One program a search tried, with where it came from and how it did on D_selection.
+    A proposal the model could not make valid is kept as a rejected candidate, without a
+    program, so its prompt and raw answer stay readable."""
+
+    search = models.ForeignKey(SearchRun, on_delete=models.CASCADE, related_name="candidates")
+    metagrader = models.ForeignKey(
+        Metagrader, null=True, blank=True, on_delete=models.PROTECT, related_name="candidacies"
+    )
+    iteration = models.PositiveIntegerField()
+    position = models.PositiveIntegerField()
+    status = models.CharField(
+        max_length=10, choices=CandidateStatus.choices, default=CandidateStatus.PROPOSED
+    )
+    lineage = models.CharField(max_length=500, blank=True, default="")
+    fingerprint = models.CharField(max_length=64, blank=True, default="")
+    prompt = models.TextField(blank=True, default="")
+    raw = models.TextField(blank=True, default="")
+    errors = models.JSONField(default=list, blank=True)
+    rejected = models.TextField(blank=True, default="")
+    selection_run = models.OneToOneField(
+        GradingRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="candidate"
+    )
+    eval_run = models.ForeignKey(
+        GradingRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # Tolerant ranking accuracy on D_selection, what candidates are ranked by; None until
+    # graded, or when nothing could be compared.
+    score = models.FloatField(null=True, blank=True)
+    calls_per_response = models.FloatField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["iteration", "position"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["search", "iteration", "position"], name="candidate_unique_slot"
+            ),
+            models.UniqueConstraint(
+                fields=["search", "metagrader"], name="candidate_unique_program"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.search_id}/{self.iteration}.{self.position} {self.metagrader}"
+
+
+class GraderSelection(models.Model):
+    """The project's selected grader of a kind, versioned: promoting a candidate adds a row,
+    and the newest row per kind is the one in use."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="selections")
+    kind = models.CharField(max_length=20)
+    version = models.PositiveIntegerField()
+    metagrader = models.ForeignKey(Metagrader, on_delete=models.PROTECT, related_name="selections")
+    search = models.ForeignKey(
+        SearchRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    selected_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    selected_at = models.DateTimeField(auto_now_add=True)
+    note = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["kind", "-version"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "kind", "version"], name="grader_selection_unique_version"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} v{self.version}: {self.metagrader}"

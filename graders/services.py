@@ -9,6 +9,7 @@ from graders.engine.judge import JudgeSettings
 from graders.engine.programs import program_validate
 from graders.local_judge import LOCAL_JUDGE_MODEL
 from graders.models import (
+    GraderSelection,
     GradingItem,
     GradingRun,
     JudgeEndpoint,
@@ -143,3 +144,43 @@ def local_demo_endpoint_ensure(*, project: Project, base_url: str) -> JudgeEndpo
         },
     )
     return endpoint
+
+
+@transaction.atomic
+def grader_promote(
+    *,
+    project: Project,
+    metagrader: Metagrader,
+    user: Any = None,
+    search: Any = None,
+    note: str = "",
+) -> GraderSelection:
+    """Make `metagrader` the project's selected grader of its kind, as a new version; earlier
+    versions stay, so who selected what and when is never lost."""
+    if metagrader.project_id != project.pk:
+        raise RunInvalid("the grader must belong to this project")
+    last = (
+        GraderSelection.objects.select_for_update()
+        .filter(project=project, kind=metagrader.kind)
+        .order_by("-version")
+        .first()
+    )
+    return GraderSelection.objects.create(
+        project=project,
+        kind=metagrader.kind,
+        version=(last.version if last else 0) + 1,
+        metagrader=metagrader,
+        search=search,
+        selected_by=user if getattr(user, "is_authenticated", False) else None,
+        note=note,
+    )
+
+
+def grader_selected(*, project: Project, kind: str) -> GraderSelection | None:
+    """The grader of this kind in use now: the newest selection."""
+    return (
+        GraderSelection.objects.filter(project=project, kind=kind)
+        .select_related("metagrader", "selected_by")
+        .order_by("-version")
+        .first()
+    )

@@ -1,12 +1,50 @@
 """Celery tasks of the grading side: take ids, call one service, return a small dict."""
 
+import logging
 from typing import Any
 
 from celery import shared_task
+from celery.signals import worker_ready
 
 from graders.grading import grading_run_execute
+from graders.search import search_run_execute
+
+logger = logging.getLogger(__name__)
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True)
 def grading_run_task(run_id: int) -> dict[str, Any]:
     return grading_run_execute(run_id=run_id)
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def search_run_task(search_id: int) -> dict[str, Any]:
+    return search_run_execute(search_id=search_id)
+
+
+@worker_ready.connect
+def jobs_recover(**_: Any) -> None:
+    """Send again the searches and grading runs a dead worker left running. A broker may hold
+    their messages until a visibility timeout (Redis) or may have lost them (the file-system
+    broker), so a starting worker does not wait for it. A search whose holder is alive keeps
+    its lease and the extra message only looks again later; a grading run's tasks are claimed
+    by conditional update, so a second delivery repeats nothing."""
+    from graders.models import GradingRun, SearchRun
+    from labeling.models import JobStatus
+
+    searches = list(
+        SearchRun.objects.filter(job__status=JobStatus.RUNNING).values_list("pk", flat=True)
+    )
+    runs = list(
+        GradingRun.objects.filter(job__status=JobStatus.RUNNING, search__isnull=True).values_list(
+            "pk", flat=True
+        )
+    )
+    for pk in searches:
+        search_run_task.delay(pk)
+    for pk in runs:
+        grading_run_task.delay(pk)
+    if searches or runs:
+        logger.info(
+            "sent again %d searches and %d grading runs left running", len(searches), len(runs)
+        )

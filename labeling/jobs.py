@@ -4,10 +4,15 @@ Workers claim a job with a conditional UPDATE (queued -> running) and check that
 row changed, so a second delivery of the same Celery message finds nothing to do.
 """
 
+import threading
 from collections.abc import Callable
-from typing import Any
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, Self
 
-from django.db import transaction
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from labeling.models import Job, JobStatus, Project
@@ -39,6 +44,69 @@ def job_claim(*, job_id: int, redelivered: bool = False) -> Job | None:
     if claimed != 1:
         return None
     return Job.objects.get(pk=job_id)
+
+
+class LeaseLost(Exception):
+    """This worker's lease on a job went stale and another worker may have taken it over."""
+
+
+def job_lease_take(*, job_id: int, owner: str) -> Job | None:
+    """Take a job to run alone: a queued one, or a running one whose holder stopped beating
+    (its worker died). None while another worker's lease is fresh, or once the job is over.
+
+    Long jobs that one worker runs start to finish (searches) use this instead of job_claim,
+    so a worker restarted after a crash, or a broker's redelivery, takes the work back."""
+    now = timezone.now()
+    stale = now - timedelta(seconds=settings.JOB_LEASE_SECONDS)
+    takeable = Q(status=JobStatus.QUEUED) | Q(status=JobStatus.RUNNING) & (
+        Q(heartbeat_at__lt=stale) | Q(heartbeat_at__isnull=True)
+    )
+    job = Job.objects.filter(pk=job_id).only("started_at").first()
+    if job is None:
+        return None
+    taken = Job.objects.filter(takeable, pk=job_id).update(
+        status=JobStatus.RUNNING, owner=owner, heartbeat_at=now, started_at=job.started_at or now
+    )
+    return Job.objects.get(pk=job_id) if taken == 1 else None
+
+
+class JobHeartbeat:
+    """Keep a job's lease fresh from a background thread while the block runs. `check()`
+    raises LeaseLost if a beat found the lease taken over (the job is someone else's now)."""
+
+    def __init__(self, job: Job, owner: str) -> None:
+        self.job_id, self.owner = job.pk, owner
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"job-{job.pk}-heartbeat")
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def check(self) -> None:
+        if self.lost:
+            raise LeaseLost(f"job {self.job_id}: the lease went to another worker")
+
+    def _beat(self) -> None:
+        interval = settings.JOB_LEASE_SECONDS / 4
+        try:
+            while not self._stop.wait(interval):
+                beat = Job.objects.filter(
+                    pk=self.job_id, owner=self.owner, status=JobStatus.RUNNING
+                ).update(heartbeat_at=timezone.now())
+                self.lost = self.lost or beat == 0
+        finally:
+            connection.close()  # this thread's own connection
 
 
 def job_cancel_requested(*, job: Job) -> bool:

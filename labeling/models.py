@@ -384,6 +384,10 @@ class Job(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # A lease, for long jobs that one worker runs at a time (labeling.jobs.job_lease_take):
+    # who holds it and when it last said it was alive.
+    owner = models.CharField(max_length=100, blank=True, default="")
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]

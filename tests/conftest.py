@@ -64,11 +64,46 @@ def _reachable(url: str) -> bool:
         return False
 
 
+class CeleryWorkers:
+    """Real `celery worker` processes on one queue of a real broker, reading and writing the
+    test database. A test may start several in turn and kill one as a crash would."""
+
+    def __init__(self, env: dict[str, str], queue: str) -> None:
+        self.env, self.queue = env, queue
+        self.processes: list[subprocess.Popen[str]] = []
+
+    def start(self, **env: str) -> subprocess.Popen[str]:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", self.queue,
+             "--pool=solo", "--loglevel=INFO", "--without-heartbeat", "--without-mingle",
+             "--without-gossip"],
+            cwd=REPO, env=self.env | env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True,
+        )  # fmt: skip
+        self.processes.append(worker)
+        return worker
+
+    def kill(self, worker: subprocess.Popen[str]) -> None:
+        """SIGKILL, as the OOM killer or a lost machine would: no cleanup runs."""
+        worker.kill()
+        worker.wait(timeout=20)
+
+    def stop_all(self) -> None:
+        for worker in self.processes:
+            if worker.poll() is None:
+                worker.terminate()
+            try:
+                output, _ = worker.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                output, _ = worker.communicate()
+            sys.stdout.write(output[-4000:])
+
+
 @pytest.fixture(params=["redis", "filesystem"])
-def celery_worker_process(request: Any, transactional_db: Any, tmp_path: Path) -> Iterator[str]:
-    """A real `celery worker` process reading and writing the test database, on Redis (the
-    production broker) or on the file-system broker of the embedded default. Yields the queue
-    name; the test process publishes to it."""
+def celery_workers(request: Any, transactional_db: Any, tmp_path: Path) -> Iterator[CeleryWorkers]:
+    """Workers on Redis (the production broker) or on the file-system broker of the embedded
+    default; the test process publishes to their queue. Start them with `.start()`."""
     from config.celery import app
 
     if request.param == "redis":
@@ -113,29 +148,26 @@ def celery_worker_process(request: Any, transactional_db: Any, tmp_path: Path) -
         )
     else:
         env["DATABASE_URL"] = f"sqlite:///{settings_dict['NAME']}"
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", queue, "--pool=solo",
-         "--loglevel=INFO", "--without-heartbeat", "--without-mingle", "--without-gossip"],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
     previous = (app.conf.broker_url, app.conf.task_default_queue, app.conf.broker_transport_options)
     app.conf.broker_url, app.conf.task_default_queue = broker, queue
     app.conf.broker_transport_options = transport_options
     _broker_pools_reset(app)
+    workers = CeleryWorkers(env, queue)
     try:
-        yield queue
+        yield workers
     finally:
         app.conf.broker_url, app.conf.task_default_queue, app.conf.broker_transport_options = (
             previous
         )
         app.close()
-        worker.terminate()
-        try:
-            output, _ = worker.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            output, _ = worker.communicate()
-        sys.stdout.write(output[-4000:])
+        workers.stop_all()
+
+
+@pytest.fixture
+def celery_worker_process(celery_workers: CeleryWorkers) -> str:
+    """One running worker; yields its queue name."""
+    celery_workers.start()
+    return celery_workers.queue
 
 
 def _broker_pools_reset(app: Any) -> None:

@@ -174,6 +174,12 @@ class FakeJudgeServer:
         with self._lock:
             return len(self.requests)
 
+    @property
+    def in_flight(self) -> int:
+        """Requests received and not yet answered."""
+        with self._lock:
+            return self._in_flight
+
     def script(self, *faults: Fault) -> None:
         """Make the next len(faults) requests fail, in this order."""
         with self._lock:

@@ -1,0 +1,394 @@
+"""Metagrader search (DESIGN.md section 6) as one resumable job.
+
+Round 0 is the kind's baseline plus `n` proposals; an evolutionary search adds `iterations`
+rounds of `k`, each proposed from every candidate before it. Each candidate is graded on
+D_selection and ranked by tolerant ranking accuracy there; after each round the best so far is
+graded on D_eval too, so the curve of selection against eval accuracy shows overfitting as it
+happens. D_eval never reaches the proposer.
+
+Resuming: one worker runs a search at a time, under a lease it keeps fresh (labeling.jobs).
+A worker that receives the search again, or starts while it is abandoned, takes the lease
+once it is stale and goes on from what is stored: a round's proposals are stored together,
+each candidate's grading run keeps its finished tasks, and every deterministic judge answer
+is cached. Only the judge calls in flight when a worker died are made again."""
+
+import os
+import socket
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from graders.candidates import BudgetSpent, best_candidate
+from graders.engine.judge import Budget, Usage
+from graders.engine.programs import KINDS
+from graders.grading import (
+    BUDGET_SPENT,
+    run_budget,
+    run_complete,
+    run_finish,
+    run_grade,
+)
+from graders.models import (
+    Candidate,
+    CandidateStatus,
+    GradingItem,
+    GradingRun,
+    ItemStatus,
+    JudgeEndpoint,
+    SearchMode,
+    SearchRun,
+)
+from graders.search_proposals import round_propose
+from graders.services import GRADING_JOB
+from labeling.jobs import (
+    JobCancelled,
+    JobHeartbeat,
+    LeaseLost,
+    job_create,
+    job_finish,
+    job_lease_take,
+    job_progress,
+)
+from labeling.models import Job, JobStatus, Preference, Project, Score, Split, Task
+
+SEARCH_JOB = "search"
+MAX_CANDIDATES = 200
+
+
+class SearchInvalid(ValueError):
+    pass
+
+
+def _graded_tasks(project: Project, split: str) -> list[int]:
+    return list(
+        Task.objects.filter(project=project, split=split, responses__isnull=False)
+        .distinct()
+        .values_list("pk", flat=True)
+    )
+
+
+def selection_problem(project: Project) -> str | None:
+    """Why a search cannot rank candidates on this project's D_selection, or None."""
+    tasks = _graded_tasks(project, Split.SELECTION)
+    if not tasks:
+        return "D_selection has no tasks with responses: assign splits first (Splits page)."
+    labeled = (
+        Score.objects.filter(response__task_id__in=tasks, provider__in=["true_grader", "expert"])
+        .exclude(provider="judge")
+        .exists()
+        or Preference.objects.filter(
+            task_id__in=tasks, is_current=True, provider="human", dimension__isnull=True
+        ).exists()
+    )
+    if not labeled:
+        return (
+            "D_selection has no expert scores or overall human preferences to rank candidates "
+            "against: label some of its pairs first."
+        )
+    return None
+
+
+@transaction.atomic
+def search_start(
+    *,
+    project: Project,
+    kind: str,
+    mode: str,
+    endpoint: JudgeEndpoint,
+    proposer: JudgeEndpoint | None = None,
+    n: int,
+    iterations: int = 0,
+    k: int = 3,
+    seed: int = 0,
+    max_calls: int | None = None,
+    max_cost: float | None = None,
+    user: Any = None,
+) -> SearchRun:
+    """Check a search's settings and enqueue it when this commits. Raises SearchInvalid
+    with a message a person can act on."""
+    if kind not in KINDS:
+        raise SearchInvalid(f"unknown kind {kind!r}; use one of {', '.join(KINDS)}")
+    if mode not in SearchMode.values:
+        raise SearchInvalid(f"unknown mode {mode!r}; use one of {', '.join(SearchMode.values)}")
+    if any(e is not None and e.project_id != project.pk for e in (endpoint, proposer)):
+        raise SearchInvalid("the judge and the proposer must belong to this project")
+    if mode == SearchMode.BEST_OF_N:
+        iterations = 0
+    elif iterations < 1:
+        raise SearchInvalid("an evolutionary search needs at least one iteration")
+    if n < 1 or k < 1:
+        raise SearchInvalid("N and k must be at least 1")
+    if 1 + n + iterations * k > MAX_CANDIDATES:
+        raise SearchInvalid(
+            f"that is {1 + n + iterations * k} candidates; at most {MAX_CANDIDATES} per search"
+        )
+    problem = selection_problem(project)
+    if problem:
+        raise SearchInvalid(problem)
+    job = job_create(
+        kind=SEARCH_JOB, project=project, user=user, params={"kind": kind, "mode": mode}
+    )
+    search = SearchRun.objects.create(
+        project=project,
+        job=job,
+        kind=kind,
+        mode=mode,
+        endpoint=endpoint,
+        proposer=proposer,
+        n=n,
+        iterations=iterations,
+        k=k,
+        seed=seed,
+        max_calls=max_calls,
+        max_cost=max_cost,
+    )
+    from graders.tasks import search_run_task
+
+    search_run_task.delay_on_commit(search.pk)
+    return search
+
+
+def search_resume(
+    *, search: SearchRun, max_calls: int | None = None, max_cost: float | None = None
+) -> None:
+    """Queue a stopped search again, optionally with a larger budget; nothing done is lost."""
+    from graders.tasks import search_run_task
+
+    with transaction.atomic():
+        SearchRun.objects.filter(pk=search.pk).update(
+            max_calls=max_calls if max_calls is not None else search.max_calls,
+            max_cost=max_cost if max_cost is not None else search.max_cost,
+        )
+        Job.objects.filter(pk=search.job_id).exclude(status__in=Job.ACTIVE).update(
+            status=JobStatus.QUEUED, cancel_requested=False, error="", finished_at=None
+        )
+        search_run_task.delay_on_commit(search.pk)
+
+
+def search_run_execute(*, search_id: int) -> dict[str, Any]:
+    """Run or resume a search. Safe to call any number of times: a call that finds another
+    worker's fresh lease looks again after a lease period; one that finds the search over
+    does nothing."""
+    search = SearchRun.objects.select_related("job", "project").get(pk=search_id)
+    owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    job = job_lease_take(job_id=search.job_id, owner=owner)
+    if job is None:
+        if Job.objects.filter(pk=search.job_id, status__in=Job.ACTIVE).exists():
+            from graders.tasks import search_run_task
+
+            search_run_task.apply_async((search_id,), countdown=settings.JOB_LEASE_SECONDS)
+            return {"search": search_id, "status": "busy"}
+        return {"search": search_id, "skipped": True}
+    # This worker holds the lease, so tasks still marked running were left by a dead one.
+    GradingItem.objects.filter(run__search=search, status=ItemStatus.RUNNING).update(
+        status=ItemStatus.PENDING, claimed_at=None
+    )
+    with JobHeartbeat(job, owner) as heartbeat:
+        try:
+            result = _SearchPass(search, job, heartbeat).run()
+        except LeaseLost:
+            return {"search": search_id, "status": "lost"}
+        except JobCancelled:
+            job_finish(
+                job=job,
+                status=JobStatus.CANCELLED,
+                error="Cancelled; the candidates graded so far are kept. Resume to go on.",
+            )
+            return {"search": search_id, "status": "cancelled"}
+        except BudgetSpent:
+            job_finish(job=job, status=JobStatus.FAILED, error=BUDGET_SPENT)
+            return {"search": search_id, "status": "budget"}
+        except Exception as exc:
+            job_finish(job=job, status=JobStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
+            raise
+    job_finish(job=job, status=JobStatus.SUCCEEDED, result=result)
+    return {"search": search_id, "status": "succeeded"}
+
+
+def search_usage(search: SearchRun) -> dict[str, float]:
+    """All a search spent: its proposer's calls and its grading runs' (as stored per chunk, so
+    a crash loses none of it from the budget)."""
+    totals: dict[str, float] = dict(search.usage)
+    for usage in GradingRun.objects.filter(search=search).values_list("usage", flat=True):
+        for key, value in usage.items():
+            totals[key] = totals.get(key, 0) + value
+    return totals
+
+
+def metric_value(evaluation: dict[str, Any], key: str = "tolerant_ranking_accuracy") -> Any:
+    metric = evaluation.get(key)
+    return metric["value"] if metric else None
+
+
+class _SearchPass:
+    """One worker's pass over a search, from wherever the stored state says it is."""
+
+    def __init__(self, search: SearchRun, job: Job, heartbeat: JobHeartbeat) -> None:
+        self.search, self.job, self.heartbeat = search, job, heartbeat
+        self.selection_tasks = _graded_tasks(search.project, Split.SELECTION)
+        self.eval_tasks = _graded_tasks(search.project, Split.EVAL)
+        self.budget: Budget = run_budget(search.max_calls, search.max_cost, search_usage(search))
+        self.stage = ""
+
+    def run(self) -> dict[str, Any]:
+        search = self.search
+        rounds = 1 + search.iterations
+        for iteration in range(rounds):
+            self.stage = f"Round {iteration + 1} of {rounds}: proposing"
+            self.progress()
+            candidates = round_propose(search, iteration, self.budget, self.proposer_usage_add)
+            for number, candidate in enumerate(candidates, 1):
+                if candidate.status == CandidateStatus.PROPOSED:
+                    self.stage = (
+                        f"Round {iteration + 1} of {rounds}: grading candidate {number} of "
+                        f"{len(candidates)} on D_selection"
+                    )
+                    self.candidate_grade(candidate)
+            self.stage = f"Round {iteration + 1} of {rounds}: best so far on D_eval"
+            self.curve_extend(iteration)
+        candidates = list(Candidate.objects.filter(search=search))
+        winner = best_candidate(candidates)
+        SearchRun.objects.filter(pk=search.pk).update(winner=winner)
+        self.stage = "Done"
+        self.progress()
+        return {
+            "winner": winner.pk if winner else None,
+            "candidates": len(candidates),
+            "graded": sum(c.status == CandidateStatus.GRADED for c in candidates),
+        }
+
+    # Progress -------------------------------------------------------------------------------
+
+    def progress(self) -> None:
+        """Report task gradings done of those planned, and stop on cancel or a lost lease."""
+        self.heartbeat.check()
+        search = self.search
+        proposed_rounds = Candidate.objects.filter(search=search).values("iteration").distinct()
+        planned = Candidate.objects.filter(search=search).exclude(
+            status=CandidateStatus.REJECTED
+        ).count() + sum(
+            search.n + 1 if i == 0 else search.k
+            for i in range(1 + search.iterations)
+            if not proposed_rounds.filter(iteration=i).exists()
+        )
+        eval_runs = GradingRun.objects.filter(search=search, split=Split.EVAL).count()
+        total = planned * len(self.selection_tasks) + max(1, eval_runs) * len(self.eval_tasks)
+        done = GradingItem.objects.filter(run__search=search, status=ItemStatus.DONE).count()
+        job_progress(job=self.job, stage=self.stage, done=min(done, total), total=total)
+        cost = search_usage(search).get("cost", 0.0)
+        Job.objects.filter(pk=self.job.pk).update(cost=round(cost, 6))
+
+    def proposer_usage_add(self, usage: Usage) -> None:
+        """The proposer's spending is the search's own; grading spends through its runs."""
+        totals = dict(self.search.usage)
+        for key, value in usage.as_dict().items():
+            totals[key] = totals.get(key, 0) + value
+        SearchRun.objects.filter(pk=self.search.pk).update(usage=totals)
+        self.search.usage = totals
+
+    # Grading --------------------------------------------------------------------------------
+
+    def grade(self, run: GradingRun) -> None:
+        """Grade a run of this search to the end (or raise), then evaluate it."""
+        if run_complete(run) and run.job.status == JobStatus.SUCCEEDED:
+            return
+        Job.objects.filter(pk=run.job_id).update(status=JobStatus.RUNNING)
+        Job.objects.filter(pk=run.job_id, started_at__isnull=True).update(
+            started_at=self.job.started_at
+        )
+
+        def progress(done: int, total: int) -> None:
+            Job.objects.filter(pk=run.job_id).update(stage="Grading tasks", done=done, total=total)
+            self.progress()
+
+        try:
+            _, spent = run_grade(run, budget=self.budget, progress=progress)
+        except (JobCancelled, LeaseLost):
+            Job.objects.filter(pk=run.job_id).update(status=JobStatus.CANCELLED)
+            raise
+        if spent:
+            Job.objects.filter(pk=run.job_id).update(status=JobStatus.FAILED, error=BUDGET_SPENT)
+            raise BudgetSpent
+        if not run_complete(run):  # only this worker grades a search's runs
+            raise RuntimeError(f"grading run {run.pk} still has unfinished tasks")
+        run_finish(run)
+
+    def run_create(self, candidate: Candidate, split: str, tasks: list[int]) -> GradingRun:
+        search = self.search
+        job = job_create(
+            kind=GRADING_JOB,
+            project=search.project,
+            params={"metagrader": candidate.metagrader_id, "search": search.pk, "split": split},
+        )
+        run = GradingRun.objects.create(
+            project=search.project,
+            metagrader_id=candidate.metagrader_id,
+            endpoint_id=search.endpoint_id,
+            split=split,
+            job=job,
+            search=search,
+        )
+        GradingItem.objects.bulk_create([GradingItem(run=run, task_id=pk) for pk in tasks])
+        return run
+
+    def candidate_grade(self, candidate: Candidate) -> None:
+        if candidate.selection_run is None:
+            with transaction.atomic():
+                candidate.selection_run = self.run_create(
+                    candidate, Split.SELECTION, self.selection_tasks
+                )
+                candidate.save(update_fields=["selection_run"])
+        run = GradingRun.objects.select_related("metagrader", "endpoint", "job").get(
+            pk=candidate.selection_run_id
+        )
+        self.grade(run)
+        graded = run.evaluation.get("graded") or 0
+        requests = (run.usage.get("calls", 0) - run.usage.get("retries", 0)) + run.usage.get(
+            "cache_hits", 0
+        )
+        candidate.score = metric_value(run.evaluation)
+        candidate.calls_per_response = requests / graded if graded else None
+        candidate.status = CandidateStatus.GRADED
+        candidate.save(update_fields=["score", "calls_per_response", "status"])
+
+    def curve_extend(self, iteration: int) -> None:
+        """The best candidate after `iteration` rounds, graded on D_eval if it is not yet."""
+        candidates = list(
+            Candidate.objects.filter(search=self.search, iteration__lte=iteration).select_related(
+                "selection_run", "eval_run"
+            )
+        )
+        best = best_candidate(candidates)
+        if best is None:
+            return
+        eval_accuracy: Any = None
+        eval_ci: Any = None
+        if self.eval_tasks:
+            if best.eval_run is None or best.eval_run.search_id != self.search.pk:
+                with transaction.atomic():
+                    best.eval_run = self.run_create(best, Split.EVAL, self.eval_tasks)
+                    best.save(update_fields=["eval_run"])
+            run = GradingRun.objects.select_related("metagrader", "endpoint", "job").get(
+                pk=best.eval_run_id
+            )
+            self.grade(run)
+            metric = run.evaluation.get("tolerant_ranking_accuracy")
+            if metric:
+                eval_accuracy, eval_ci = metric["value"], metric["ci"]
+        assert best.selection_run is not None
+        selection = best.selection_run.evaluation.get("tolerant_ranking_accuracy") or {}
+        point = {
+            "iteration": iteration,
+            "candidate": best.pk,
+            "name": best.metagrader.name if best.metagrader else "",
+            "selection": selection.get("value"),
+            "selection_ci": selection.get("ci"),
+            "eval": eval_accuracy,
+            "eval_ci": eval_ci,
+            "candidates": sum(c.status == CandidateStatus.GRADED for c in candidates),
+        }
+        curve = [p for p in self.search.curve if p["iteration"] < iteration] + [point]
+        SearchRun.objects.filter(pk=self.search.pk).update(curve=curve)
+        self.search.curve = curve

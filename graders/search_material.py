@@ -1,0 +1,174 @@
+"""What the LLM proposer reads: D_meta rendered as engine data (tasks, documents, expert rubrics,
+criterion-level grades, scores, preferences), and every prior candidate of a search with its
+selection results and a few traces. Nothing from D_selection's labels or from D_eval goes in,
+except the selection results the design says the proposer sees."""
+
+from collections import defaultdict
+from typing import Any
+
+from graders.engine.programs import Criterion, DocumentInput
+from graders.engine.proposer_llm import MaterialResponse, MaterialTask, PriorCandidate
+from graders.evaluation import majority_oriented
+from graders.models import Candidate, CandidateStatus, Grade, SearchRun
+from labeling.models import (
+    AuthorKind,
+    CriterionGrade,
+    Preference,
+    Project,
+    Response,
+    Rubric,
+    Score,
+    ScoreProvider,
+    Split,
+    Task,
+)
+
+# Traces shown per prior candidate: its best- and worst-rewarded response on D_selection.
+TRACES_PER_CANDIDATE = 2
+TRACE_STEP_CHARS = 600
+
+
+def meta_material(project: Project) -> list[MaterialTask]:
+    """Every D_meta task with its documents, expert rubric and labeled responses."""
+    tasks = list(
+        Task.objects.filter(project=project, split=Split.META).prefetch_related("documents")
+    )
+    responses: dict[int, list[Response]] = defaultdict(list)
+    for response in Response.objects.filter(task__in=tasks).order_by("external_id"):
+        responses[response.task_id].append(response)
+    response_pks = [r.pk for group in responses.values() for r in group]
+    scores: dict[int, float] = {}
+    for provider in (ScoreProvider.EXPERT, ScoreProvider.TRUE_GRADER):  # true grader wins
+        scores |= dict(
+            Score.objects.filter(response_id__in=response_pks, provider=provider).values_list(
+                "response_id", "value"
+            )
+        )
+    rubrics = {
+        rubric.task_id: rubric
+        for rubric in Rubric.objects.filter(
+            task__in=tasks, author_kind=AuthorKind.EXPERT
+        ).prefetch_related("items")
+    }
+    passes: dict[int, dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
+    for response_pk, key, passed in CriterionGrade.objects.filter(
+        response_id__in=response_pks, item__rubric__author_kind=AuthorKind.EXPERT
+    ).values_list("response_id", "item__key", "passed"):
+        passes[response_pk][key].append(passed)
+    external = {r.pk: r.external_id for group in responses.values() for r in group}
+    preferences: dict[int, list[tuple[str, str]]] = defaultdict(list)
+    rows = Preference.objects.filter(
+        task__in=tasks, is_current=True, provider="human", dimension__isnull=True
+    ).values_list("response_a_id", "response_b_id", "choice", "task_id")
+    for (task_pk, _, _), (winner, loser) in majority_oriented(rows).items():
+        preferences[task_pk].append((external[winner], external[loser]))
+    material = []
+    for task in tasks:
+        rubric = rubrics.get(task.pk)
+        material.append(
+            MaterialTask(
+                id=task.external_id,
+                domain=task.domain,
+                prompt=task.prompt,
+                instructions=task.instructions,
+                documents=tuple(
+                    DocumentInput(d.external_id, d.title, d.text) for d in task.documents.all()
+                ),
+                rubric=()
+                if rubric is None
+                else tuple(Criterion(i.key, i.text, i.weight) for i in rubric.items.all()),
+                responses=tuple(
+                    MaterialResponse(
+                        id=r.external_id,
+                        text=r.content or _messages_text(r.messages),
+                        score=scores.get(r.pk),
+                        # A criterion several experts graded counts as passed by majority.
+                        criteria=tuple(
+                            (key, sum(votes) * 2 > len(votes))
+                            for key, votes in sorted(passes[r.pk].items())
+                        ),
+                    )
+                    for r in responses[task.pk]
+                ),
+                preferences=tuple(sorted(preferences[task.pk])),
+            )
+        )
+    return material
+
+
+def _messages_text(messages: list[dict[str, Any]] | None) -> str:
+    return "\n".join(f"{m.get('role', '?')}: {m.get('content', '')}" for m in messages or [])
+
+
+def prior_candidates(search: SearchRun) -> list[PriorCandidate]:
+    """Every graded candidate of the search, oldest first, with its selection score so the
+    proposer's prompt can keep the best and the newest when it must cut."""
+    graded = (
+        Candidate.objects.filter(search=search, status=CandidateStatus.GRADED)
+        .select_related("metagrader", "selection_run")
+        .order_by("iteration", "position")
+    )
+    return [
+        PriorCandidate(
+            name=c.metagrader.name,
+            program=c.metagrader.program,
+            results=candidate_results_text(c),
+            traces=_sample_traces(c),
+            selection_score=c.score,
+        )
+        for c in graded
+        if c.metagrader is not None
+    ]
+
+
+def candidate_results_text(candidate: Candidate) -> str:
+    evaluation = candidate.selection_run.evaluation if candidate.selection_run else {}
+    parts = []
+    for key, label in (
+        ("tolerant_ranking_accuracy", "tolerant ranking accuracy"),
+        ("ranking_accuracy", "ranking accuracy"),
+    ):
+        metric = evaluation.get(key)
+        if metric:
+            low, high = metric["ci"]
+            parts.append(f"{label} {metric['value']:.3f} [{low:.3f}, {high:.3f}]")
+    if evaluation.get("pairs"):
+        parts.append(f"on {evaluation['pairs']} pairs over {evaluation['tasks']} tasks")
+    if evaluation.get("failed"):
+        parts.append(f"{evaluation['failed']} of {evaluation['graded']} responses failed")
+    if candidate.calls_per_response is not None:
+        parts.append(f"{candidate.calls_per_response:.1f} judge calls per response")
+    return "; ".join(parts) or evaluation.get("note", "no results")
+
+
+def _sample_traces(candidate: Candidate) -> tuple[str, ...]:
+    if candidate.selection_run is None:
+        return ()
+    grades = Grade.objects.filter(run=candidate.selection_run, reward__isnull=False)
+    picked = {
+        grade.pk: grade
+        for grade in (
+            grades.order_by("-reward", "pk").first(),
+            grades.order_by("reward", "pk").first(),
+        )
+        if grade is not None
+    }
+    return tuple(_trace_text(grade) for grade in list(picked.values())[:TRACES_PER_CANDIDATE])
+
+
+def _trace_text(grade: Grade) -> str:
+    lines = [f"reward {grade.reward}"]
+    for step in grade.trace:
+        prompt = "\n".join(m.get("content", "") for m in step.get("messages", []))
+        lines.append(
+            f"[{step.get('step_id')} {step.get('label', '')}] prompt: "
+            f"{_clip(prompt)}\noutput: {_clip(step.get('text') or step.get('error') or '')}"
+        )
+    return "\n".join(lines)
+
+
+def _clip(text: str) -> str:
+    if len(text) <= TRACE_STEP_CHARS:
+        return text
+    half = TRACE_STEP_CHARS // 2
+    return f"{text[:half]} [...] {text[-half:]}"
