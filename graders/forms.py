@@ -1,6 +1,7 @@
 from django import forms
 
-from graders.models import JudgeEndpoint, Metagrader
+from graders.engine.programs import KINDS
+from graders.models import JudgeEndpoint, Metagrader, SearchMode, SearchRun
 from labeling.models import Split
 
 
@@ -40,3 +41,78 @@ class RunForm(forms.Form):
         if default is not None:
             self.fields["endpoint"].initial = default.pk
         self.fields["split"].initial = Split.EVAL
+
+
+KIND_LABELS = {
+    "scalar": "Scalar: a score per response",
+    "pairwise": "Pairwise: compare two responses",
+    "rubric": "Rubric: write criteria, check each",
+    "pairwise_rubric": "Pairwise with rubrics",
+}
+
+
+class SearchForm(forms.Form):
+    kind = forms.ChoiceField(choices=[(kind, KIND_LABELS[kind]) for kind in KINDS])
+    mode = forms.ChoiceField(choices=SearchMode.choices, initial=SearchMode.BEST_OF_N)
+    endpoint = forms.ModelChoiceField(
+        queryset=JudgeEndpoint.objects.none(),
+        label="Judge",
+        help_text="Grades every candidate on D_selection and the best ones on D_eval.",
+    )
+    proposer = forms.ModelChoiceField(
+        queryset=JudgeEndpoint.objects.none(),
+        required=False,
+        empty_label="Structured proposer (no model)",
+        help_text="A strong model that writes candidates from D_meta. Without one, programs "
+        "are mutated from a library of building blocks.",
+    )
+    n = forms.IntegerField(
+        label="N", min_value=1, initial=3, help_text="Candidates in the first round."
+    )
+    iterations = forms.IntegerField(
+        min_value=0, initial=0, help_text="Rounds after the first, each reading all before it."
+    )
+    k = forms.IntegerField(min_value=1, initial=3, help_text="Candidates per later round.")
+    seed = forms.IntegerField(initial=0, help_text="The same seed repeats the same search.")
+    max_calls = forms.IntegerField(
+        required=False, min_value=1, help_text="Stop after this many judge and proposer calls."
+    )
+    max_cost = forms.FloatField(
+        required=False, min_value=0, help_text="Stop after this many dollars."
+    )
+
+    def __init__(self, *args: object, project: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        endpoints = JudgeEndpoint.objects.filter(project=project)
+        self.fields["endpoint"].queryset = endpoints  # type: ignore[attr-defined]
+        self.fields["proposer"].queryset = endpoints  # type: ignore[attr-defined]
+        default = endpoints.filter(is_default=True).first()
+        if default is not None:
+            self.fields["endpoint"].initial = default.pk
+
+
+class ResumeSearchForm(forms.Form):
+    """A stopped search's budget, raised or kept: a budget that stopped it would stop it
+    again at once, so a new limit must be above the old one."""
+
+    max_calls = forms.IntegerField(required=False, min_value=1, help_text="Empty keeps it.")
+    max_cost = forms.FloatField(required=False, min_value=0, help_text="Empty keeps it.")
+
+    def __init__(self, *args: object, search: SearchRun, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.search = search
+        for name in ("max_calls", "max_cost"):
+            limit = getattr(search, name)
+            self.fields[name].help_text = (
+                "Empty keeps no limit."
+                if limit is None
+                else f"Now {limit:g}; a higher limit, or empty to keep it."
+            )
+
+    def clean(self) -> dict[str, object]:
+        cleaned = super().clean() or {}
+        for name in ("max_calls", "max_cost"):
+            limit, value = getattr(self.search, name), cleaned.get(name)
+            if limit is not None and value is not None and value <= limit:
+                self.add_error(name, f"Must be above the current limit of {limit:g}.")
+        return cleaned

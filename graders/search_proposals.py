@@ -117,24 +117,27 @@ def _llm_slots(
     prior = prior_candidates(search)
     cache = DatabaseJudgeCache(settings.model)
 
+    spent: list[Usage] = []  # read back on this thread: the ORM may not run in the loop
+
     async def ask() -> list[LlmProposal]:
         async with JudgeClient(settings, cache=cache, budget=budget) as judge:
-            try:
-                return await llm_propose(
-                    judge,
-                    kind=kind,
-                    material_text=material,
-                    prior=prior,
-                    n=count,
-                    budget_chars=PROPOSER_PROMPT_CHARS,
-                )
-            finally:
-                usage_add(judge.usage)
+            spent.append(judge.usage)
+            return await llm_propose(
+                judge,
+                kind=kind,
+                material_text=material,
+                prior=prior,
+                n=count,
+                budget_chars=PROPOSER_PROMPT_CHARS,
+            )
 
     try:
         proposals = cache.run(ask())
     except BudgetExhausted as exc:
         raise BudgetSpent from exc
+    finally:
+        for usage in spent:
+            usage_add(usage)
     slots = []
     for proposal in proposals:
         rejected = proposal.rejected or ""

@@ -1,13 +1,28 @@
 from django.urls import path
 
-from graders import views
+from graders import search_views, views
+
+SEARCH = "p/<slug:slug>/searches/<int:search_id>/"
+CANDIDATE = SEARCH + "candidates/<int:candidate_id>/"
 
 urlpatterns = [
     path("p/<slug:slug>/judges/", views.judges_page, name="judges"),
     path("p/<slug:slug>/graders/", views.graders_page, name="graders"),
     path("p/<slug:slug>/graders/<int:grader_id>/", views.program_page, name="program"),
+    path(
+        "p/<slug:slug>/graders/<int:grader_id>/promote/",
+        search_views.program_promote,
+        name="program-promote",
+    ),
     path("p/<slug:slug>/runs/<int:run_id>/", views.run_page, name="grading-run"),
     path("p/<slug:slug>/runs/<int:run_id>/resume/", views.run_resume, name="grading-run-resume"),
     path("p/<slug:slug>/grades/<int:grade_id>/trace/", views.trace_page, name="grade-trace"),
     path("p/<slug:slug>/meta-eval/", views.meta_eval_page, name="meta-eval"),
+    path("p/<slug:slug>/searches/", search_views.searches_page, name="searches"),
+    path(SEARCH, search_views.search_page, name="search"),
+    path(SEARCH + "cancel/", search_views.search_cancel, name="search-cancel"),
+    path(SEARCH + "resume/", search_views.search_resume_view, name="search-resume"),
+    path(CANDIDATE, search_views.candidate_page, name="search-candidate"),
+    path(CANDIDATE + "evaluate/", search_views.candidate_evaluate, name="candidate-evaluate"),
+    path(CANDIDATE + "promote/", search_views.candidate_promote, name="candidate-promote"),
 ]

@@ -9,15 +9,25 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from graders.engine.programs import KINDS
 from graders.evaluation import meta_eval_rows
 from graders.forms import EndpointForm, RunForm
 from graders.grading import grading_run_resume
-from graders.models import Grade, GradingRun, JudgeEndpoint, Metagrader
-from graders.services import RunInvalid, grading_run_start
+from graders.models import (
+    Candidate,
+    Grade,
+    GraderSelection,
+    GradingRun,
+    JudgeEndpoint,
+    Metagrader,
+)
+from graders.program_diff import program_diff, program_steps, reward_text
+from graders.services import RunInvalid, grader_selected, grading_run_start
 from labeling.access import Perm, project_access
 from labeling.models import Provider
 
 GRADES_PER_PAGE = 50
+MAX_ANCESTORS = 100
 
 
 @require_http_methods(["GET", "POST"])
@@ -70,6 +80,11 @@ def graders_page(request: HttpRequest, slug: str) -> HttpResponse:
         "access": access,
         "project": access.project,
         "graders": Metagrader.objects.filter(project=access.project),
+        "selected": [
+            selection
+            for kind in KINDS
+            if (selection := grader_selected(project=access.project, kind=kind))
+        ],
         "runs": GradingRun.objects.filter(project=access.project).select_related(
             "metagrader", "endpoint", "job"
         )[:20],
@@ -82,10 +97,40 @@ def graders_page(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 def program_page(request: HttpRequest, slug: str, grader_id: int) -> HttpResponse:
     access = project_access(user=request.user, slug=slug, perm=Perm.SEE_SOURCES)
-    grader = Metagrader.objects.filter(project=access.project, pk=grader_id).first()
+    grader = (
+        Metagrader.objects.select_related("parent", "created_by")
+        .filter(project=access.project, pk=grader_id)
+        .first()
+    )
     if grader is None:
         raise Http404
-    context = {"access": access, "project": access.project, "grader": grader}
+    ancestors: list[Metagrader] = []
+    parent = grader.parent
+    # Bounded: programs are immutable so a chain cannot loop, unless edited by hand in the admin.
+    while parent is not None and len(ancestors) < MAX_ANCESTORS:
+        ancestors.append(parent)
+        parent = parent.parent
+    selections = list(
+        GraderSelection.objects.filter(project=access.project, kind=grader.kind).select_related(
+            "metagrader", "selected_by"
+        )
+    )
+    current = selections[0] if selections else None
+    context = {
+        "access": access,
+        "project": access.project,
+        "grader": grader,
+        "can_manage": access.can(Perm.MANAGE),
+        "steps": program_steps(grader.program),
+        "reward": reward_text(grader.program),
+        "diff": program_diff(grader.parent.program, grader.program) if grader.parent else [],
+        "ancestors": ancestors[::-1],
+        "children": grader.children.all(),
+        "candidacies": Candidate.objects.filter(metagrader=grader).select_related("search"),
+        "selections": selections,
+        "current": current,
+        "is_current": current is not None and current.metagrader_id == grader.pk,
+    }
     return render(request, "graders/program.html", context)
 
 

@@ -234,3 +234,53 @@ def test_a_search_is_refused_without_expert_labels_on_d_selection(
     with pytest.raises(SearchInvalid, match="at least one iteration"):
         search_start(project=project, kind="scalar", mode="evolutionary", endpoint=endpoint, n=2)
     assert not SearchRun.objects.exists() and not Job.objects.exists()
+
+
+def test_a_model_proposer_writes_candidates_and_fixes_an_invalid_one_once(
+    search_project: Project, search_judge: JudgeEndpoint, fake_judge: FakeJudgeServer
+) -> None:
+    from graders.engine.baseline import baseline_program
+    from graders.engine.proposer import BLOCKS_BY_NAME
+    from tests.graders.conftest import verifying_responder
+
+    baseline = baseline_program("scalar").to_json()
+    verifying = BLOCKS_BY_NAME["add_verify_step"].apply(baseline) | {"name": "verifier"}
+    broken = baseline | {"name": "broken", "reward": "nowhere.score"}
+    fixed = BLOCKS_BY_NAME["add_fresh_rescore"].apply(baseline) | {"name": "rescorer"}
+
+    def responder(body: dict[str, Any]) -> str:
+        if "response_format" in body:  # a grading call
+            return verifying_responder(body)
+        if body["messages"][-1]["role"] == "user" and len(body["messages"]) > 2:  # the repair
+            return json.dumps({"programs": [fixed]})
+        return "Here they are:\n" + json.dumps({"programs": [verifying, broken]})
+
+    fake_judge.responder = responder
+    proposer = JudgeEndpoint.objects.create(
+        project=search_project, name="strong", base_url=fake_judge.base_url, model="strong-model"
+    )
+    search = search_start(
+        project=search_project,
+        kind="scalar",
+        mode="best_of_n",
+        endpoint=search_judge,
+        proposer=proposer,
+        n=2,
+    )
+    assert search_run_execute(search_id=search.pk)["status"] == "succeeded"
+    search = finished(search)
+    first, repaired = Candidate.objects.filter(search=search, iteration=0, position__gt=0)
+    assert first.metagrader.name == "verifier" and first.errors == []
+    assert "Here they are" in first.raw and "D_eval" not in first.prompt
+    assert repaired.metagrader.name == "rescorer" and "after one correction" in repaired.lineage
+    assert any("nowhere" in error for error in repaired.errors)
+    proposer_calls = [r for r in fake_judge.requests if "response_format" not in r.body]
+    assert len(proposer_calls) == 2
+    repair_message = proposer_calls[1].body["messages"][-1]["content"]
+    assert all(error in repair_message for error in repaired.errors)
+    # The D_meta material reached the proposer; D_selection's and D_eval's tasks did not,
+    # except through the selection results of earlier rounds (there are none in round 0).
+    prompt = proposer_calls[0].body["messages"][-1]["content"]
+    assert "deal m0" in prompt and "deal s0" not in prompt and "deal e0" not in prompt
+    assert search.winner.pk == first.pk
+    assert search.usage["calls"] == 2  # the proposer's spending is the search's own
