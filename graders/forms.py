@@ -72,7 +72,9 @@ class SearchForm(forms.Form):
     iterations = forms.IntegerField(
         min_value=0, initial=0, help_text="Rounds after the first, each reading all before it."
     )
-    k = forms.IntegerField(min_value=1, initial=3, help_text="Candidates per later round.")
+    k = forms.IntegerField(
+        label="k", min_value=1, initial=3, help_text="Candidates per later round."
+    )
     seed = forms.IntegerField(initial=0, help_text="The same seed repeats the same search.")
     max_calls = forms.IntegerField(
         required=False, min_value=1, help_text="Stop after this many judge and proposer calls."

@@ -41,7 +41,7 @@ from graders.models import (
     SearchRun,
 )
 from graders.search_proposals import round_propose
-from graders.services import GRADING_JOB
+from graders.services import GRADING_JOB, RunInvalid, grading_run_start
 from labeling.jobs import (
     JobCancelled,
     JobHeartbeat,
@@ -165,6 +165,31 @@ def search_resume(
             status=JobStatus.QUEUED, cancel_requested=False, error="", finished_at=None
         )
         search_run_task.delay_on_commit(search.pk)
+
+
+@transaction.atomic
+def candidate_eval_start(*, candidate: Candidate, user: Any = None) -> GradingRun:
+    """Grade a candidate on D_eval with its search's judge, on request. Only once the search
+    has stopped: while it runs, it sets its best candidate's eval run itself."""
+    search = candidate.search
+    if search.job.is_active:
+        raise SearchInvalid("wait for the search to stop: it evaluates its best so far itself")
+    if candidate.metagrader is None:
+        raise SearchInvalid("a rejected proposal has no program to evaluate")
+    try:
+        run = grading_run_start(
+            project=search.project,
+            metagrader=candidate.metagrader,
+            endpoint=search.endpoint,
+            split=Split.EVAL,
+            user=user,
+        )
+    except RunInvalid as exc:
+        raise SearchInvalid(
+            f"cannot evaluate on D_eval: {exc}; assign an eval split first"
+        ) from exc
+    Candidate.objects.filter(pk=candidate.pk).update(eval_run=run)
+    return run
 
 
 def search_run_execute(*, search_id: int) -> dict[str, Any]:

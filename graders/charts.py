@@ -1,0 +1,188 @@
+"""The search curve (SearchRun.curve) as a chart drawn on the server, and the overfitting
+warning read off it.
+
+Drawn here as SVG because the Content-Security-Policy allows no inline script and a charting
+library would be the only JavaScript on the page; classes (app.css) and SVG presentation
+attributes style it, never an inline style. Candidate names come from a proposer model, so
+every piece of text goes through format_html's escaping."""
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
+
+Point = Mapping[str, Any]
+
+# The gap (selection minus eval accuracy) may grow by this much before the page warns.
+GAP_WIDENING = 0.05
+# 0.11 - 0.06 is not exactly 0.05 in floating point.
+EPSILON = 1e-9
+
+WIDTH, HEIGHT = 640, 300
+LEFT, RIGHT, TOP, BOTTOM = 64, 24, 16, 72
+# Points keep this far from the plot's left and right edges, whiskers included.
+INSET = 16
+Y_TICKS = (0.0, 0.25, 0.5, 0.75, 1.0)
+# (curve key, legend text, horizontal nudge): the eval whiskers sit beside the selection ones.
+SERIES = (
+    ("selection", "D_selection (ranked on)", -3.0),
+    ("eval", "D_eval (held out)", 3.0),
+)
+
+
+def curve_warning(curve: Sequence[Point]) -> str | None:
+    """A warning when the best-so-far candidate's lead on D_selection over D_eval grew by at
+    least GAP_WIDENING between the first and the last round that have both accuracies: the
+    search then rewards what D_selection happens to contain, not what the experts want.
+    Rounds without an eval accuracy (no D_eval tasks, or nothing to compare) are skipped."""
+    both = [p for p in curve if p.get("selection") is not None and p.get("eval") is not None]
+    if len(both) < 2:
+        return None
+    first = both[0]["selection"] - both[0]["eval"]
+    last = both[-1]["selection"] - both[-1]["eval"]
+    if last - first < GAP_WIDENING - EPSILON:
+        return None
+    return (
+        f"the gap between selection and eval accuracy widened from {first:.2f} to {last:.2f}: "
+        "the search may be fitting D_selection rather than the experts"
+    )
+
+
+def curve_svg(curve: Sequence[Point]) -> SafeString:
+    """The curve as an inline SVG: x the round, y the tolerant ranking accuracy from 0 to 1,
+    one line per split for the best candidate so far, each point with its 95% interval."""
+    rounds = [p["iteration"] for p in curve] or [0]
+    low, high = min(rounds), max(rounds)
+    plot_w, plot_h = WIDTH - LEFT - RIGHT - 2 * INSET, HEIGHT - TOP - BOTTOM
+
+    def x_of(iteration: float) -> float:
+        offset = plot_w / 2 if high == low else plot_w * (iteration - low) / (high - low)
+        return LEFT + INSET + offset
+
+    def y_of(value: float) -> float:
+        return TOP + plot_h * (1 - min(max(value, 0.0), 1.0))
+
+    parts = [
+        format_html(
+            '<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {} {}" '
+            'role="img" aria-labelledby="curve-title curve-desc">'
+            '<title id="curve-title">Search curve</title>'
+            '<desc id="curve-desc">Tolerant ranking accuracy of the best candidate so far after '
+            "each round, on D_selection and on D_eval, with 95% intervals. The table below "
+            "gives the same numbers.</desc>",
+            WIDTH,
+            HEIGHT,
+        ),
+        _axes(rounds, x_of, y_of),
+        *(_series(curve, key, nudge, x_of, y_of) for key, _, nudge in SERIES),
+        _legend(),
+        mark_safe("</svg>"),
+    ]
+    return mark_safe("".join(parts))
+
+
+def _axes(
+    rounds: Sequence[int], x_of: Callable[[float], float], y_of: Callable[[float], float]
+) -> SafeString:
+    left, right, bottom = LEFT, WIDTH - RIGHT, HEIGHT - BOTTOM
+    grid = format_html_join(
+        "",
+        '<line class="gridline" x1="{}" y1="{}" x2="{}" y2="{}"/>'
+        '<text class="tick" x="{}" y="{}" text-anchor="end">{}</text>',
+        (
+            (left, _n(y_of(t)), right, _n(y_of(t)), left - 6, _n(y_of(t) + 4), f"{t:g}")
+            for t in Y_TICKS
+        ),
+    )
+    ticks = format_html_join(
+        "",
+        '<text class="tick" x="{}" y="{}" text-anchor="middle">{}</text>',
+        ((_n(x_of(r)), bottom + 16, r) for r in sorted(set(rounds))),
+    )
+    middle = (TOP + bottom) / 2
+    labels = format_html(
+        '<line class="axis" x1="{}" y1="{}" x2="{}" y2="{}"/>'
+        '<text class="axis-label" x="{}" y="{}" text-anchor="middle">Round</text>'
+        '<text class="axis-label" x="16" y="{}" text-anchor="middle" '
+        'transform="rotate(-90 16 {})">Tolerant ranking accuracy</text>',
+        left,
+        bottom,
+        right,
+        bottom,
+        _n((left + right) / 2),
+        bottom + 34,
+        _n(middle),
+        _n(middle),
+    )
+    return mark_safe(grid + ticks + labels)
+
+
+def _series(
+    curve: Sequence[Point],
+    key: str,
+    nudge: float,
+    x_of: Callable[[float], float],
+    y_of: Callable[[float], float],
+) -> SafeString:
+    """A line through the points that have this split's value (broken where one is missing),
+    the interval whiskers, and one marker per point with its numbers as a tooltip."""
+    parts: list[str] = []
+    segment: list[str] = []
+    for point in curve:
+        value = point.get(key)
+        if value is None:
+            parts.append(_polyline(key, segment))
+            segment = []
+            continue
+        x, y = x_of(point["iteration"]) + nudge, y_of(value)
+        segment.append(f"{_n(x)},{_n(y)}")
+        interval = point.get(f"{key}_ci")
+        if interval:
+            top, bottom = _n(y_of(interval[1])), _n(y_of(interval[0]))
+            left, right = _n(x - 4), _n(x + 4)
+            whisker = f"M{_n(x)},{top}V{bottom}M{left},{top}H{right}M{left},{bottom}H{right}"
+            parts.append(format_html('<path class="whisker {}" d="{}"/>', key, whisker))
+        interval_text = f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else ""
+        parts.append(
+            format_html(
+                '<circle class="point {}" cx="{}" cy="{}" r="4"><title>Round {}, {}: {} {}{}'
+                "</title></circle>",
+                key,
+                _n(x),
+                _n(y),
+                point["iteration"],
+                point.get("name") or "(unnamed)",
+                key,
+                f"{value:.3f}",
+                interval_text,
+            )
+        )
+    parts.append(_polyline(key, segment))
+    return mark_safe("".join(parts))
+
+
+def _polyline(key: str, segment: Sequence[str]) -> str:
+    if len(segment) < 2:
+        return ""
+    return format_html(
+        '<polyline class="line {}" fill="none" points="{}"/>', key, " ".join(segment)
+    )
+
+
+def _legend() -> SafeString:
+    y = HEIGHT - 16
+    return format_html_join(
+        "",
+        '<line class="line {}" x1="{}" y1="{}" x2="{}" y2="{}"/>'
+        '<text class="legend" x="{}" y="{}">{}</text>',
+        (
+            (key, x, y - 4, x + 24, y - 4, x + 30, y, label)
+            for (key, label, _), x in zip(SERIES, (LEFT, LEFT + 240), strict=True)
+        ),
+    )
+
+
+def _n(value: float) -> str:
+    """A coordinate, short enough to keep the markup small."""
+    return f"{value:.1f}"

@@ -1,0 +1,82 @@
+"""The search curve chart and its overfitting warning, on hand-made curves (no database)."""
+
+import re
+from typing import Any
+
+from graders.charts import curve_svg, curve_warning
+
+HOSTILE = "<script>alert(1)</script>"
+
+
+def point(iteration: int, selection: float | None, eval_: float | None, **extra: Any) -> dict:
+    return {
+        "iteration": iteration,
+        "candidate": iteration + 1,
+        "name": f"cand-{iteration}",
+        "selection": selection,
+        "selection_ci": None if selection is None else [selection - 0.1, selection + 0.05],
+        "eval": eval_,
+        "eval_ci": None if eval_ is None else [eval_ - 0.1, eval_ + 0.05],
+        "candidates": 4 + iteration,
+    } | extra
+
+
+def test_a_widening_gap_warns_with_the_numbers() -> None:
+    curve = [point(0, 0.80, 0.78), point(1, 0.85, 0.80), point(2, 0.90, 0.79)]
+    assert curve_warning(curve) == (
+        "the gap between selection and eval accuracy widened from 0.02 to 0.11: the search "
+        "may be fitting D_selection rather than the experts"
+    )
+
+
+def test_a_gap_that_grows_by_exactly_the_threshold_warns_and_less_does_not() -> None:
+    # 0.07 - 0.02 is 0.05 only up to floating point; it still counts.
+    assert curve_warning([point(0, 0.80, 0.78), point(1, 0.90, 0.83)]) is not None
+    assert curve_warning([point(0, 0.80, 0.78), point(1, 0.90, 0.84)]) is None
+
+
+def test_a_stable_or_narrowing_gap_does_not_warn() -> None:
+    assert curve_warning([point(0, 0.70, 0.65), point(1, 0.80, 0.76), point(2, 0.85, 0.81)]) is None
+    assert curve_warning([point(0, 0.80, 0.60), point(1, 0.85, 0.80)]) is None
+
+
+def test_missing_eval_values_are_skipped_or_silence_the_warning() -> None:
+    assert curve_warning([point(0, 0.8, None), point(1, 0.9, None)]) is None
+    assert curve_warning([point(0, 0.8, 0.7)]) is None
+    assert curve_warning([]) is None
+    # The first round without an eval value is skipped: the gap is measured from round 1.
+    curve = [point(0, 0.5, None), point(1, 0.80, 0.78), point(2, 0.95, 0.80)]
+    assert "widened from 0.02 to 0.15" in (curve_warning(curve) or "")
+
+
+def test_the_chart_has_one_marker_per_point_and_series_and_escapes_names() -> None:
+    curve = [point(0, 0.6, 0.55), point(1, 0.7, None, name=HOSTILE), point(2, 0.8, 0.6)]
+    svg = str(curve_svg(curve))
+    assert svg.startswith("<svg") and svg.endswith("</svg>")
+    assert svg.count('class="point selection"') == 3
+    assert svg.count('class="point eval"') == 2  # round 1 has no eval value
+    assert svg.count('class="whisker selection"') == 3
+    assert "<script>" not in svg and "&lt;script&gt;alert(1)&lt;/script&gt;" in svg
+    assert "style=" not in svg  # the CSP blocks inline styles
+    assert "Round" in svg and "Tolerant ranking accuracy" in svg  # axis labels
+    assert "D_selection" in svg and "D_eval" in svg  # legend
+    # The eval line breaks at the missing value: two single points draw no line segment.
+    assert svg.count('class="line eval" fill="none"') == 0
+    assert svg.count('class="line selection" fill="none"') == 1
+
+
+def test_points_are_placed_by_round_and_accuracy() -> None:
+    svg = str(curve_svg([point(0, 0.0, None), point(2, 1.0, None)]))
+    xs_ys = [
+        (float(x), float(y))
+        for x, y in re.findall(r'class="point selection" cx="([\d.]+)" cy="([\d.]+)"', svg)
+    ]
+    (x0, y0), (x2, y2) = xs_ys
+    assert x0 < x2 and y0 > y2  # later rounds to the right, higher accuracy higher up
+    # One x tick per round that has a point.
+    assert re.findall(r'class="tick" [^>]*text-anchor="middle">(\d+)</text>', svg) == ["0", "2"]
+
+
+def test_a_single_round_is_drawn_in_the_middle() -> None:
+    svg = str(curve_svg([point(0, 0.5, 0.4)]))
+    assert svg.count('class="point selection"') == 1 and svg.count('class="point eval"') == 1
