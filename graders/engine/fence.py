@@ -15,10 +15,10 @@ Two properties make a break-out impossible rather than unlikely:
 
 The first property alone keeps data inside its fence; the nonce is what lets the notice say
 which delimiters are real, so that look-alikes in the data cannot pass for them. It is a hash of
-every text of the prompt rather than a random draw: a random nonce would make every rendered
-prompt unique and defeat the judge client's cache, whose key includes the messages, so a re-run
-would pay for every call again. A hashed nonce is still unknowable to the author of a response,
-who would have to write into the response a hash of a text that contains the response.
+the prompt's texts rather than a random draw: a random nonce would make every rendered prompt
+unique and defeat the judge client's cache, whose key includes the messages, so a re-run would
+pay for every call again. Callers may hash only the texts a group of prompts shares (see
+fence_draw), so that those prompts also share their opening.
 """
 
 import hashlib
@@ -73,12 +73,18 @@ def data_neutralize(text: str) -> str:
     return ANGLE_RUN.sub(lambda run: LOOKALIKE * len(run.group()), text)
 
 
-def fence_draw(texts: Sequence[str]) -> Fence:
-    """The fence for a prompt made of `texts` (template and data): its nonce is derived from all
-    of them and occurs in none of them."""
+def fence_draw(texts: Sequence[str], derive_from: Sequence[str] | None = None) -> Fence:
+    """The fence for a prompt made of `texts` (template and data): its nonce is derived from
+    `derive_from` (all of `texts` when None) and occurs in none of `texts`.
+
+    Deriving it from the parts a task's prompts share (the template and the task's own texts,
+    not the response) gives every prompt about one task the same system message and the same
+    opening, so a server that caches prompt prefixes (llama.cpp, OpenAI and others) reuses them
+    across the task's responses. Safety does not rest on the nonce being secret: data cannot
+    hold `<<<` at all."""
     pieces = [data_neutralize(text) for text in texts]
     digest = hashlib.sha256()
-    for piece in pieces:
+    for piece in pieces if derive_from is None else [data_neutralize(t) for t in derive_from]:
         # Length-prefixed, so that ("ab", "c") and ("a", "bc") hash apart.
         digest.update(f"{len(piece)}:".encode())
         digest.update(piece.encode())

@@ -65,6 +65,9 @@ RUBRIC_STEP, CRITERIA_FIELD = "rubric", "criteria"
 CHECK_STEP, VERDICT_FIELD = "check", "verdict"
 
 TASK_INPUTS = ("task.prompt", "task.instructions", "documents")
+# Inputs the same for every response of a task: the fence nonce is derived from these alone,
+# so a task's prompts share their opening (and a server's prompt-prefix cache).
+TASK_LEVEL_INPUTS = (*TASK_INPUTS, "rubric")
 GRADING_INPUTS: Mapping[Kind, tuple[str, ...]] = {
     "scalar": ("response",),
     "pairwise": ("response_a", "response_b"),
@@ -1051,7 +1054,11 @@ async def _gather[T](coroutines: Iterable[Awaitable[T]]) -> list[T]:
 def _messages_render(step: Step, values: Mapping[str, str]) -> tuple[dict[str, str], ...]:
     """The system and user messages of one step, every placeholder value fenced as data."""
     instructions = _output_instructions(step)
-    fence = fence_draw([step.prompt, instructions, *(values[name] for name in step.placeholders)])
+    shared = [values[name] for name in step.placeholders if name in TASK_LEVEL_INPUTS]
+    fence = fence_draw(
+        [step.prompt, instructions, *(values[name] for name in step.placeholders)],
+        derive_from=[step.prompt, instructions, *shared],
+    )
     body = PLACEHOLDER.sub(lambda match: fence.wrap(values[match.group(1)]), step.prompt)
     return (
         {"role": "system", "content": fence.notice()},

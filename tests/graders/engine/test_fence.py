@@ -128,6 +128,16 @@ def test_the_nonce_is_a_hash_of_the_prompt_texts() -> None:
     assert fence_draw(["templ", "ateresponse"]).nonce != nonce
 
 
+def test_a_nonce_derived_from_shared_texts_is_shared_yet_absent_from_every_text() -> None:
+    shared = ["template", "task"]
+    first = fence_draw([*shared, "response one"], derive_from=shared)
+    second = fence_draw([*shared, "response two"], derive_from=shared)
+    assert first == second == fence_draw(shared)
+    # A response that happens to hold the shared nonce gets another one.
+    holding = fence_draw([*shared, f"x{first.nonce}x"], derive_from=shared)
+    assert holding != first and holding.nonce not in f"x{first.nonce}x"
+
+
 def test_the_nonce_is_redrawn_until_no_text_contains_it(monkeypatch: pytest.MonkeyPatch) -> None:
     # With one hex digit per nonce, a text holding every digit but "7" leaves only "7".
     monkeypatch.setattr(fence_module, "NONCE_HEX_DIGITS", 1)

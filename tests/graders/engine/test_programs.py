@@ -961,3 +961,17 @@ def test_pairwise_rubric_compares_against_the_stored_rubric() -> None:
     assert [(g.response_id, g.reward) for g in grades] == [("r2", 0.0), ("r1", 1.0)]
     assert judge.steps_called()[0] == "rubric"
     assert len(judge.requests) == 3
+
+
+def test_prompts_about_one_task_share_their_opening_up_to_the_response() -> None:
+    """So a server's prompt-prefix cache serves every response of a task after the first."""
+    from graders.engine.programs import _messages_render
+
+    program = baseline_program("scalar")
+    step = program.steps[0]
+    task = {"task.prompt": "Review the deal.", "task.instructions": "", "documents": "SPA"}
+    first = _messages_render(step, task | {"response": "Answer one"})
+    second = _messages_render(step, task | {"response": "Answer two"})
+    assert first[0] == second[0]  # the same system message, nonce included
+    cut = first[1]["content"].index("Answer one")
+    assert second[1]["content"][:cut] == first[1]["content"][:cut]
