@@ -8,5 +8,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/", include("labeling.api_urls")),
     path("", include("graders.urls")),
+    path("", include("reviews.urls")),
+    path("", include("reviews.audit_urls")),
     path("", include("labeling.urls")),
 ]

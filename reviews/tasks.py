@@ -1,0 +1,3 @@
+"""Celery autodiscovery reads this module; the tasks live beside the features they run."""
+
+from reviews.audit_jobs import audit_run_task as audit_run_task
