@@ -423,7 +423,9 @@ def _verify_add(program: ProgramJson) -> ProgramJson | None:
         f"The earlier grader's {name}:\n{{{first['id']}.{name}}}" for name in first["output"]
     )
     context = _task_context(_uses_documents(program))
-    prompt = f"{VERIFY_INSTRUCTION}\n\n{earlier}\n\n{context}\n\n{RESPONSES_SHOWN['scalar']}"
+    # The task first and what differs per response last, so a task's prompts share an opening
+    # that servers with prompt-prefix caches reuse.
+    prompt = f"{VERIFY_INSTRUCTION}\n\n{context}\n\n{earlier}\n\n{RESPONSES_SHOWN['scalar']}"
     verify = {"id": VERIFY_STEP, "prompt": prompt, "output": {"score": "float[0,1]"}}
     program["steps"].insert(_step_position(program, first["id"]) + 1, verify)
     checked, replacement = f"{first['id']}.{_number_fields(first)[0]}", f"{VERIFY_STEP}.score"
