@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
-from labeling.models import Job, Project, Response, Task
+from labeling.models import Job, LabelSnapshot, Project, Response, Task
 
 
 def api_key_env_allowed(name: str) -> bool:
@@ -239,6 +239,9 @@ class SearchRun(models.Model):
     max_calls = models.PositiveIntegerField(null=True, blank=True)
     max_cost = models.FloatField(null=True, blank=True)
     usage = models.JSONField(default=dict, blank=True)
+    snapshot = models.ForeignKey(
+        LabelSnapshot, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     # One point per finished round: the best-so-far candidate with its selection and eval
     # accuracy, which is what the overfitting chart draws.
     curve = models.JSONField(default=list, blank=True)
@@ -338,3 +341,91 @@ class GraderSelection(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} v{self.version}: {self.metagrader}"
+
+
+class TokenScope(models.TextChoices):
+    REWARD = "reward", "Call the reward API"
+    EXPORT = "export", "Download grader bundles and label exports"
+
+
+class ApiToken(models.Model):
+    """A project's machine credential for training jobs. Only a hash of the secret is stored;
+    the secret is shown once, when the token is made. `prefix` (the secret's first characters)
+    lets people tell tokens apart in lists and logs."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16)
+    secret_hash = models.CharField(max_length=64, unique=True)
+    scopes = models.JSONField(default=list)
+    rate_per_minute = models.PositiveIntegerField(default=600)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+
+class GraderExport(models.Model):
+    """One download of a grader bundle or of labels for training: what, when, by whom or by
+    which token, and from which label snapshot. The lineage a team reads to tell which
+    training runs a grader (or a label set) fed."""
+
+    class Kind(models.TextChoices):
+        BUNDLE = "bundle", "Grader bundle"
+        LABELS = "labels", "Labels"
+        PAIRS = "pairs", "Chosen/rejected pairs"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="exports")
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    metagrader = models.ForeignKey(
+        Metagrader, null=True, blank=True, on_delete=models.CASCADE, related_name="exports"
+    )
+    snapshot = models.ForeignKey(
+        LabelSnapshot, null=True, blank=True, on_delete=models.SET_NULL, related_name="exports"
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    token = models.ForeignKey(
+        ApiToken, null=True, blank=True, on_delete=models.SET_NULL, related_name="exports"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} export {self.pk}"
+
+
+class RewardUsage(models.Model):
+    """Reward API calls per grader and token: how many requests and responses it scored."""
+
+    metagrader = models.ForeignKey(
+        Metagrader, on_delete=models.CASCADE, related_name="reward_usage"
+    )
+    token = models.ForeignKey(ApiToken, on_delete=models.CASCADE, related_name="reward_usage")
+    requests = models.PositiveBigIntegerField(default=0)
+    responses = models.PositiveBigIntegerField(default=0)
+    first_at = models.DateTimeField(auto_now_add=True)
+    last_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["metagrader", "token"], name="reward_usage_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.metagrader_id}/{self.token_id}: {self.requests}"

@@ -52,6 +52,7 @@ from labeling.jobs import (
     job_progress,
 )
 from labeling.models import Job, JobStatus, Preference, Project, Score, Split, Task
+from labeling.snapshots import label_snapshot_take
 
 SEARCH_JOB = "search"
 MAX_CANDIDATES = 200
@@ -143,6 +144,7 @@ def search_start(
         seed=seed,
         max_calls=max_calls,
         max_cost=max_cost,
+        snapshot=label_snapshot_take(project=project),
     )
     from graders.tasks import search_run_task
 

@@ -492,3 +492,25 @@ class QueueAssignment(models.Model):
 
     def __str__(self) -> str:
         return f"{self.pair} to {self.annotator}"
+
+
+class LabelSnapshot(models.Model):
+    """The state of a project's expert labels at one moment, named by a hash of their content:
+    what a search selected on and what an export held, so a grader or a training set can be
+    traced to the exact labels behind it. Equal labels give the same snapshot row."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="snapshots")
+    content_hash = models.CharField(max_length=64)
+    counts = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "content_hash"], name="label_snapshot_unique_hash"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"snapshot {self.pk} ({self.content_hash[:12]})"

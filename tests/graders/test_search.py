@@ -102,6 +102,7 @@ def test_best_of_n_selects_a_program_that_verifies_against_the_documents(
         }
     ]
     assert search.job.status == JobStatus.SUCCEEDED and search.job.done == search.job.total
+    assert search.snapshot is not None and search.snapshot.counts["scores"] == 18
 
 
 def test_evolutionary_search_climbs_to_a_verifying_program_and_records_its_curve(

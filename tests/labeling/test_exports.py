@@ -105,3 +105,22 @@ def test_pairs_export_ignores_judge_and_synthetic_votes(project: Project, tmp_pa
         project=project, path=write_jsonl(tmp_path / "a.jsonl", [task, *responses, *labels])
     )
     assert [p["chosen"] for p in pairs_records(project=project)] == ["answer 0"]
+
+
+def test_a_label_snapshot_names_the_labels_and_changes_when_they_do(
+    project: Project, tmp_path: Path
+) -> None:
+    from labeling.models import LabelSnapshot, Score
+    from labeling.snapshots import label_snapshot_take
+
+    jsonl_import(project=project, path=write_jsonl(tmp_path / "s.jsonl", basic_records()))
+    first = label_snapshot_take(project=project)
+    assert label_snapshot_take(project=project) == first  # unchanged labels, same snapshot
+    assert first.counts["scores"] == Score.objects.count() > 0
+    score = Score.objects.first()
+    Score.objects.filter(pk=score.pk).update(value=1.0 - score.value)
+    changed = label_snapshot_take(project=project)
+    assert changed != first and changed.content_hash != first.content_hash
+    Score.objects.filter(pk=score.pk).update(value=score.value)
+    assert label_snapshot_take(project=project) == first
+    assert LabelSnapshot.objects.count() == 2
