@@ -149,6 +149,33 @@ def _rewards_evaluate(
         "graded": len(rewards),
         "failed": sum(1 for reward in rewards.values() if reward is None),
     }
+    found = reference_pairs(rewards, task_of)
+    if found is None:
+        return summary | {
+            "reference": None,
+            "note": "no expert scores or preferences to compare with",
+        }
+    reference, pairs, responses = found
+    if len(pairs.task) == 0:
+        return summary | {"reference": reference, "note": "no pairs with different true scores"}
+    summary |= {"reference": reference, **_pairs_metrics(pairs, tol)}
+    if responses is not None:
+        try:
+            summary["within_task_spearman"] = _with_ci(
+                within_task_spearman(responses), within_task_spearman_ci(responses)
+            )
+        except ValueError:
+            summary["within_task_spearman"] = None
+    return summary
+
+
+def reference_pairs(
+    rewards: dict[int, float | None], task_of: dict[int, int]
+) -> tuple[str, RankingPairs, ScoredResponses | None] | None:
+    """What the experts said about these graded responses, as ranking pairs with the rewards
+    attached: true-grader scores if the responses have them, else expert scores, else the
+    human majority of overall preferences (then without per-response scores). None when the
+    experts said nothing about them."""
     reference = _reference_scores(list(rewards))
     if reference is not None:
         provider, truth = reference
@@ -160,24 +187,9 @@ def _rewards_evaluate(
                 [np.nan if rewards[pk] is None else rewards[pk] for pk in scored], dtype=np.float64
             ),
         )
-        pairs = ranking_pairs_from_scores(responses)
-        if len(pairs.task) == 0:
-            return summary | {"reference": provider, "note": "no pairs with different true scores"}
-        summary |= {"reference": provider, **_pairs_metrics(pairs, tol)}
-        try:
-            summary["within_task_spearman"] = _with_ci(
-                within_task_spearman(responses), within_task_spearman_ci(responses)
-            )
-        except ValueError:
-            summary["within_task_spearman"] = None
-        return summary
+        return provider, ranking_pairs_from_scores(responses), responses
     pairs = _preference_pairs(set(rewards), rewards, task_of)
-    if pairs is None:
-        return summary | {
-            "reference": None,
-            "note": "no expert scores or preferences to compare with",
-        }
-    return summary | {"reference": "human_preferences", **_pairs_metrics(pairs, tol)}
+    return None if pairs is None else ("human_preferences", pairs, None)
 
 
 META_EVAL_FIELDS = (

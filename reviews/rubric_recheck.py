@@ -10,25 +10,21 @@ shows the whole rubric in every comparison, so all of them are judged again)."""
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from django.db import transaction
 
 from graders.engine.metrics import (
-    RankingPairs,
-    ScoredResponses,
     ranking_accuracy,
-    ranking_pairs_from_scores,
 )
-from graders.evaluation import majority_oriented
+from graders.evaluation import reference_pairs
 from graders.models import Grade, GradingItem, GradingRun, ItemStatus, Metagrader
 from graders.services import grading_run_start
-from labeling.models import Job, Preference, Provider, Response, Rubric, Score, ScoreProvider
+from labeling.models import Job, Response, Rubric, ScoreProvider
 from reviews.rubric_grader import rubric_judge, rubric_writer
 
 REFERENCE_NAMES = {
     ScoreProvider.TRUE_GRADER: "true-grader scores",
     ScoreProvider.EXPERT: "expert scores",
-    Provider.HUMAN: "expert preferences",
+    "human_preferences": "expert preferences",
 }
 
 
@@ -134,53 +130,8 @@ def task_ranking_accuracy(*, rewards: dict[int, float | None]) -> TaskAccuracy |
     rewards against the experts: true-grader scores if its responses have them, else expert
     scores, else the human majority of overall preferences. None when no pair can be ranked.
     The same choice of reference as graders.evaluation, for one task and without intervals."""
-    pairs = None
-    reference = ""
-    for provider in (ScoreProvider.TRUE_GRADER, ScoreProvider.EXPERT):
-        truth = dict(
-            Score.objects.filter(response_id__in=list(rewards), provider=provider).values_list(
-                "response_id", "value"
-            )
-        )
-        if truth:
-            pairs = ranking_pairs_from_scores(_scored(truth, rewards))
-            reference = REFERENCE_NAMES[provider]
-            break
-    if pairs is None:
-        pairs = _preference_pairs(rewards)
-        reference = REFERENCE_NAMES[Provider.HUMAN]
-    if pairs is None or len(pairs.task) == 0:
+    found = reference_pairs(rewards, dict.fromkeys(rewards, 0))
+    if found is None or len(found[1].task) == 0:
         return None
-    return TaskAccuracy(ranking_accuracy(pairs), len(pairs.task), reference)
-
-
-def _score(value: float | None) -> float:
-    return np.nan if value is None else value
-
-
-def _scored(truth: dict[int, float], rewards: dict[int, float | None]) -> ScoredResponses:
-    scored = list(truth)
-    return ScoredResponses(
-        task=np.zeros(len(scored), dtype=np.int64),
-        true=np.array([truth[pk] for pk in scored], dtype=np.float64),
-        pred=np.array([_score(rewards.get(pk)) for pk in scored], dtype=np.float64),
-    )
-
-
-def _preference_pairs(rewards: dict[int, float | None]) -> RankingPairs | None:
-    # Overall labels only: a label on a dimension answers a different question.
-    rows = Preference.objects.filter(
-        is_current=True,
-        provider=Provider.HUMAN,
-        dimension__isnull=True,
-        response_a_id__in=list(rewards),
-        response_b_id__in=list(rewards),
-    ).values_list("response_a_id", "response_b_id", "choice", "dimension_id")
-    oriented = list(majority_oriented(rows).values())
-    if not oriented:
-        return None
-    return RankingPairs(
-        task=np.zeros(len(oriented), dtype=np.int64),
-        winner_score=np.array([_score(rewards.get(w)) for w, _ in oriented], dtype=np.float64),
-        loser_score=np.array([_score(rewards.get(lo)) for _, lo in oriented], dtype=np.float64),
-    )
+    reference, pairs, _ = found
+    return TaskAccuracy(ranking_accuracy(pairs), len(pairs.task), REFERENCE_NAMES[reference])
