@@ -378,22 +378,18 @@ class ApiToken(models.Model):
 
 
 class GraderExport(models.Model):
-    """One download of a grader bundle or of labels for training: what, when, by whom or by
-    which token, and from which label snapshot. The lineage a team reads to tell which
-    training runs a grader (or a label set) fed."""
-
-    class Kind(models.TextChoices):
-        BUNDLE = "bundle", "Grader bundle"
-        LABELS = "labels", "Labels"
-        PAIRS = "pairs", "Chosen/rejected pairs"
+    """One download of a grader bundle: when, by whom or by which token, and with the label
+    snapshot it was selected on. The lineage a team reads to tell which training runs a
+    grader fed."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="exports")
-    kind = models.CharField(max_length=8, choices=Kind.choices)
-    metagrader = models.ForeignKey(
-        Metagrader, null=True, blank=True, on_delete=models.CASCADE, related_name="exports"
-    )
+    metagrader = models.ForeignKey(Metagrader, on_delete=models.CASCADE, related_name="exports")
     snapshot = models.ForeignKey(
-        LabelSnapshot, null=True, blank=True, on_delete=models.SET_NULL, related_name="exports"
+        LabelSnapshot,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="grader_exports",
     )
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL

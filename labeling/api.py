@@ -16,6 +16,7 @@ from labeling.jobs import job_cancel
 from labeling.jsonl import jsonl_lines
 from labeling.models import Job, Task
 from labeling.selectors import memberships_for_user, project_overview, task_detail, tasks_browse
+from labeling.snapshots import label_export_record, snapshot_header
 from labeling.splits import SplitFractionsInvalid, splits_assign
 
 
@@ -142,8 +143,11 @@ def export_get(request: Request, slug: str) -> StreamingHttpResponse:
     kind = request.query_params.get("kind", "labels")
     if kind not in EXPORT_KINDS:
         raise Http404("Unknown export kind; use labels or pairs.")
+    export = label_export_record(project=access.project, kind=kind, user=request.user)
     records = export_records(project=access.project, kind=kind)
-    return StreamingHttpResponse(jsonl_lines(records), content_type="application/x-ndjson")
+    response = StreamingHttpResponse(jsonl_lines(records), content_type="application/x-ndjson")
+    response["X-Label-Snapshot"] = snapshot_header(export)
+    return response
 
 
 @api_view(["POST"])

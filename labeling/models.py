@@ -514,3 +514,22 @@ class LabelSnapshot(models.Model):
 
     def __str__(self) -> str:
         return f"snapshot {self.pk} ({self.content_hash[:12]})"
+
+
+class LabelExport(models.Model):
+    """One download of labels for training (labels or chosen/rejected pairs) and the snapshot
+    of the labels it held, so a reward model or DPO run can name its exact data."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="label_exports")
+    kind = models.CharField(max_length=16)
+    snapshot = models.ForeignKey(LabelSnapshot, on_delete=models.PROTECT, related_name="exports")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} export {self.pk} of {self.snapshot}"

@@ -9,6 +9,7 @@ from typing import Any
 
 from labeling.models import (
     CriterionGrade,
+    LabelExport,
     LabelSnapshot,
     Preference,
     Project,
@@ -71,3 +72,20 @@ def label_snapshot_take(*, project: Project) -> LabelSnapshot:
         project=project, content_hash=digest.hexdigest(), defaults={"counts": counts}
     )
     return snapshot
+
+
+def label_export_record(*, project: Project, kind: str, user: Any = None) -> LabelExport:
+    """Note an export of labels for training with the snapshot it held. Taken just before the
+    records stream, so an edit landing meanwhile can make the file newer than its snapshot;
+    the export page says to export again when labels are being edited."""
+    return LabelExport.objects.create(
+        project=project,
+        kind=kind,
+        snapshot=label_snapshot_take(project=project),
+        user=user if getattr(user, "is_authenticated", False) else None,
+    )
+
+
+def snapshot_header(export: LabelExport) -> str:
+    """The X-Label-Snapshot header value: the snapshot id and its content hash."""
+    return f"{export.snapshot_id}; sha256={export.snapshot.content_hash}"

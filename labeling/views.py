@@ -26,6 +26,7 @@ from labeling.selectors import (
     task_detail,
     tasks_browse,
 )
+from labeling.snapshots import label_export_record, snapshot_header
 from labeling.splits import SplitFractionsInvalid, splits_assign
 
 TASKS_PER_PAGE = 25
@@ -134,9 +135,13 @@ def export_download(request: HttpRequest, slug: str) -> StreamingHttpResponse:
     kind = request.GET.get("kind", "labels")
     if kind not in EXPORT_KINDS:
         raise Http404("Unknown export kind.")
+    export = label_export_record(project=access.project, kind=kind, user=request.user)
     records = export_records(project=access.project, kind=kind)
     response = StreamingHttpResponse(jsonl_lines(records), content_type="application/x-ndjson")
-    response["Content-Disposition"] = f'attachment; filename="{slug}-{kind}.jsonl"'
+    response["Content-Disposition"] = (
+        f'attachment; filename="{slug}-{kind}-snapshot-{export.snapshot_id}.jsonl"'
+    )
+    response["X-Label-Snapshot"] = snapshot_header(export)
     return response
 
 

@@ -1,6 +1,7 @@
 import io
 from pathlib import Path
 
+from django.contrib.auth.models import User
 from django.core.management import call_command
 
 from labeling.exports import labels_records, pairs_records
@@ -124,3 +125,37 @@ def test_a_label_snapshot_names_the_labels_and_changes_when_they_do(
     Score.objects.filter(pk=score.pk).update(value=score.value)
     assert label_snapshot_take(project=project) == first
     assert LabelSnapshot.objects.count() == 2
+
+
+def test_a_pairs_export_records_its_label_snapshot_on_the_page_the_api_and_the_command(
+    project: Project, tmp_path: Path, admin_user: User
+) -> None:
+    from django.test import Client
+    from django.urls import reverse
+
+    from labeling.models import LabelExport
+
+    jsonl_import(project=project, path=write_jsonl(tmp_path / "s.jsonl", basic_records()))
+    client = Client()
+    client.force_login(admin_user)
+    page = client.get(reverse("export", args=[project.slug]) + "?kind=pairs")
+    api = client.get(reverse("api-export", args=[project.slug]) + "?kind=pairs")
+    err = io.StringIO()
+    call_command(
+        "export_jsonl",
+        "--project",
+        project.slug,
+        "--kind",
+        "pairs",
+        stdout=io.StringIO(),
+        stderr=err,
+    )
+    exports = list(LabelExport.objects.order_by("pk"))
+    assert [e.kind for e in exports] == ["pairs"] * 3
+    snapshot = exports[0].snapshot
+    assert {e.snapshot_id for e in exports} == {snapshot.pk}  # no label changed in between
+    header = f"{snapshot.pk}; sha256={snapshot.content_hash}"
+    assert page["X-Label-Snapshot"] == api["X-Label-Snapshot"] == header
+    assert f"snapshot-{snapshot.pk}.jsonl" in page["Content-Disposition"]
+    assert header in err.getvalue()
+    assert exports[0].user == admin_user and exports[2].user is None

@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from labeling.cli import project_or_error
 from labeling.exports import export_records
 from labeling.jsonl import jsonl_write
+from labeling.snapshots import label_export_record, snapshot_header
 
 
 class Command(BaseCommand):
@@ -20,6 +21,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         project = project_or_error(options["project"])
+        export = label_export_record(project=project, kind=options["kind"])
+        self.stderr.write(f"label snapshot {snapshot_header(export)}")
         records = export_records(project=project, kind=options["kind"])
         output: Path | None = options["output"]
         if output is None:
