@@ -51,6 +51,9 @@ KIND_LABELS = {
 }
 
 
+LOCAL_DEMO_N = 1
+
+
 class SearchForm(forms.Form):
     kind = forms.ChoiceField(choices=[(kind, KIND_LABELS[kind]) for kind in KINDS])
     mode = forms.ChoiceField(choices=SearchMode.choices, initial=SearchMode.BEST_OF_N)
@@ -91,6 +94,13 @@ class SearchForm(forms.Form):
         default = endpoints.filter(is_default=True).first()
         if default is not None:
             self.fields["endpoint"].initial = default.pk
+        if default is not None and default.is_local_demo:
+            # The bundled judge answers one call at a time, a few seconds each on two cores.
+            self.fields["n"].initial = LOCAL_DEMO_N
+            self.fields["n"].help_text += (
+                " The local demo judge takes a few seconds per call: N=1 (the baseline and one "
+                "proposal) grades the demo project in minutes; every extra candidate adds some."
+            )
 
 
 class ResumeSearchForm(forms.Form):

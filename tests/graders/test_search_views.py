@@ -501,3 +501,15 @@ def test_program_diff_and_reward_text_by_hand() -> None:
     assert reward_text(child) == "weighted_mean(a.score: 2, clip(a.score, 0, 0.5): 1)"
     assert reward_text({"kind": "rubric"}) == "the weight share of satisfied criteria"
     assert re.fullmatch(r"@@ .* @@", lines[0][1])
+
+
+def test_the_start_form_suggests_a_small_search_for_the_local_demo_judge(
+    judge: JudgeEndpoint, admin_user: User
+) -> None:
+    from graders.forms import LOCAL_DEMO_N, SearchForm
+
+    assert SearchForm(project=judge.project).fields["n"].initial == 3
+    JudgeEndpoint.objects.filter(pk=judge.pk).update(is_local_demo=True)
+    form = SearchForm(project=judge.project)
+    assert form.fields["n"].initial == LOCAL_DEMO_N == 1
+    assert "local demo judge" in form.fields["n"].help_text
