@@ -1,0 +1,43 @@
+"""The export runtime, in one import for training jobs and the workbench's reward API:
+
+    from graders.engine.runtime import load_bundle, TRLReward
+
+Bundles and the Grader live in bundle.py (the format is documented there); the TRL, verl and
+OpenRLHF reward functions in trainers.py; docs/trainers.md shows how to wire each one.
+"""
+
+from graders.engine.bundle import (
+    BUNDLE_FORMAT,
+    BUNDLE_VERSION,
+    BundleInfo,
+    BundleInvalid,
+    Grader,
+    GradeResult,
+    documents_input,
+    load_bundle,
+    prompt_text,
+    response_input,
+)
+from graders.engine.trainers import (
+    TRLReward,
+    openrlhf_reward_func,
+    verl_compute_score,
+    verl_compute_score_async,
+)
+
+__all__ = [
+    "BUNDLE_FORMAT",
+    "BUNDLE_VERSION",
+    "BundleInfo",
+    "BundleInvalid",
+    "GradeResult",
+    "Grader",
+    "TRLReward",
+    "documents_input",
+    "load_bundle",
+    "openrlhf_reward_func",
+    "prompt_text",
+    "response_input",
+    "verl_compute_score",
+    "verl_compute_score_async",
+]
