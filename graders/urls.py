@@ -1,6 +1,6 @@
 from django.urls import path
 
-from graders import search_views, views
+from graders import bundle_views, search_views, views
 
 SEARCH = "p/<slug:slug>/searches/<int:search_id>/"
 CANDIDATE = SEARCH + "candidates/<int:candidate_id>/"
@@ -8,6 +8,12 @@ CANDIDATE = SEARCH + "candidates/<int:candidate_id>/"
 urlpatterns = [
     path("p/<slug:slug>/judges/", views.judges_page, name="judges"),
     path("p/<slug:slug>/graders/", views.graders_page, name="graders"),
+    path("p/<slug:slug>/graders/import/", bundle_views.bundle_upload, name="bundle-import"),
+    path(
+        "p/<slug:slug>/graders/<int:grader_id>/bundle.json",
+        bundle_views.bundle_download,
+        name="bundle-download",
+    ),
     path("p/<slug:slug>/graders/<int:grader_id>/", views.program_page, name="program"),
     path(
         "p/<slug:slug>/graders/<int:grader_id>/promote/",

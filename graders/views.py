@@ -14,20 +14,18 @@ from graders.evaluation import meta_eval_rows
 from graders.forms import EndpointForm, RunForm
 from graders.grading import grading_run_resume
 from graders.models import (
-    Candidate,
     Grade,
-    GraderSelection,
     GradingRun,
     JudgeEndpoint,
     Metagrader,
 )
 from graders.program_diff import program_diff, program_steps, reward_text
+from graders.selectors import program_lineage
 from graders.services import RunInvalid, grader_selected, grading_run_start
 from labeling.access import Perm, project_access
 from labeling.models import Provider
 
 GRADES_PER_PAGE = 50
-MAX_ANCESTORS = 100
 
 
 @require_http_methods(["GET", "POST"])
@@ -104,32 +102,16 @@ def program_page(request: HttpRequest, slug: str, grader_id: int) -> HttpRespons
     )
     if grader is None:
         raise Http404
-    ancestors: list[Metagrader] = []
-    parent = grader.parent
-    # Bounded: programs are immutable so a chain cannot loop, unless edited by hand in the admin.
-    while parent is not None and len(ancestors) < MAX_ANCESTORS:
-        ancestors.append(parent)
-        parent = parent.parent
-    selections = list(
-        GraderSelection.objects.filter(project=access.project, kind=grader.kind).select_related(
-            "metagrader", "selected_by"
-        )
-    )
-    current = selections[0] if selections else None
     context = {
         "access": access,
         "project": access.project,
         "grader": grader,
         "can_manage": access.can(Perm.MANAGE),
+        "can_export": access.can(Perm.EXPORT),
         "steps": program_steps(grader.program),
         "reward": reward_text(grader.program),
         "diff": program_diff(grader.parent.program, grader.program) if grader.parent else [],
-        "ancestors": ancestors[::-1],
-        "children": grader.children.all(),
-        "candidacies": Candidate.objects.filter(metagrader=grader).select_related("search"),
-        "selections": selections,
-        "current": current,
-        "is_current": current is not None and current.metagrader_id == grader.pk,
+        **program_lineage(grader),
     }
     return render(request, "graders/program.html", context)
 

@@ -27,20 +27,25 @@ SPLITS = {
 
 
 def _answer(schema: dict[str, Any], score: float) -> str:
-    values: dict[str, Any] = {}
-    for name, spec in schema.get("properties", {}).items():
-        kind = spec.get("type")
-        if kind in ("number", "integer"):
-            values[name] = score
-        elif kind == "array":
-            values[name] = ["states the liability cap"]
-        elif kind == "boolean":
-            values[name] = True
-        elif "enum" in spec:
-            values[name] = spec["enum"][0]
-        else:
-            values[name] = "noted"
-    return json.dumps(values)
+    return json.dumps(_value(schema, score))
+
+
+def _value(spec: dict[str, Any], score: float) -> Any:
+    """A value that fits `spec`: the score for numbers, a one-item list, an object of such."""
+    kind = spec.get("type")
+    if kind == "object":
+        return {name: _value(field, score) for name, field in spec.get("properties", {}).items()}
+    if kind in ("number", "integer"):
+        minimum = spec.get("minimum", 0)
+        return max(minimum, min(spec.get("maximum", score), score if minimum < 1 else minimum))
+    if kind == "array":
+        item = spec.get("items", {"type": "string"})
+        return [_value(item, score) if item.get("type") != "string" else "states the cap"]
+    if kind == "boolean":
+        return True
+    if "enum" in spec:
+        return spec["enum"][0]
+    return "noted"
 
 
 def verifying_responder(body: dict[str, Any]) -> str:

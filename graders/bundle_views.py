@@ -1,0 +1,61 @@
+"""Downloading a grader as a bundle, and importing one into a project."""
+
+import json
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect
+from django.views.decorators.http import require_GET, require_POST
+
+from graders.bundles import BundleInvalid, bundle_export, bundle_import
+from graders.models import Metagrader
+from labeling.access import Perm, project_access
+
+# A bundle carries every task's documents; a larger upload is refused before it is parsed.
+BUNDLE_MAX_BYTES = 200 * 1024 * 1024
+
+
+@require_GET
+@login_required
+def bundle_download(request: HttpRequest, slug: str, grader_id: int) -> HttpResponse:
+    access = project_access(user=request.user, slug=slug, perm=Perm.EXPORT)
+    grader = Metagrader.objects.filter(project=access.project, pk=grader_id).first()
+    if grader is None:
+        raise Http404
+    try:
+        bundle = bundle_export(metagrader=grader, user=request.user)
+    except BundleInvalid as exc:
+        messages.error(request, f"Cannot export: {exc}.")
+        return redirect("program", slug=slug, grader_id=grader_id)
+    response = JsonResponse(bundle, json_dumps_params={"ensure_ascii": False})
+    response["Content-Disposition"] = (
+        f'attachment; filename="{slug}-grader-{grader.pk}-{grader.content_hash[:12]}.json"'
+    )
+    return response
+
+
+@require_POST
+@login_required
+def bundle_upload(request: HttpRequest, slug: str) -> HttpResponse:
+    access = project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
+    upload = request.FILES.get("bundle")
+    if upload is None:
+        messages.error(request, "Choose a bundle file (.json) to import.")
+        return redirect("graders", slug=slug)
+    if upload.size is not None and upload.size > BUNDLE_MAX_BYTES:
+        messages.error(request, f"The bundle is over {BUNDLE_MAX_BYTES // 2**20} MiB.")
+        return redirect("graders", slug=slug)
+    try:
+        bundle = json.loads(upload.read())
+        if not isinstance(bundle, dict):
+            raise BundleInvalid("a bundle is a JSON object")
+        grader = bundle_import(project=access.project, bundle=bundle, user=request.user)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        messages.error(request, f"The file is not JSON: {exc}.")
+        return redirect("graders", slug=slug)
+    except BundleInvalid as exc:
+        messages.error(request, f"Not imported: {exc}")
+        return redirect("graders", slug=slug)
+    messages.success(request, f"Imported {grader.name} (#{grader.pk}).")
+    return redirect("program", slug=slug, grader_id=grader.pk)
