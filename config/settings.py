@@ -86,7 +86,8 @@ TEMPLATES = [
 SQLITE_PATH = VAR_DIR / "workbench.sqlite3"
 DATABASES = {
     "default": dj_database_url.parse(
-        os.environ.get("DATABASE_URL", f"sqlite:///{SQLITE_PATH}"), conn_max_age=0
+        os.environ.get("DATABASE_URL", f"sqlite:///{SQLITE_PATH}"),
+        conn_max_age=int(os.environ.get("CONN_MAX_AGE", 0)),
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -132,6 +133,8 @@ JUDGE_API_KEY_ENV_PREFIX = os.environ.get("JUDGE_API_KEY_ENV_PREFIX", "JUDGE_KEY
 JUDGE_BASE_URL_HOSTS = env_list("JUDGE_BASE_URL_HOSTS", "")
 
 # Files up to this size import inside the request; larger ones become a background job.
+# A reward API request body larger than this is refused with 413 before it is parsed.
+REWARD_API_MAX_BYTES = int(os.environ.get("REWARD_API_MAX_BYTES", 2 * 1024 * 1024))
 IMPORT_INLINE_MAX_BYTES = int(os.environ.get("IMPORT_INLINE_MAX_BYTES", 2 * 1024 * 1024))
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("DATA_UPLOAD_MAX_MEMORY_SIZE", 2 * 1024 * 1024))
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024

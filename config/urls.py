@@ -7,6 +7,8 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/", include("labeling.api_urls")),
+    path("api/", include("graders.api_urls")),
+    path("", include("graders.token_urls")),
     path("", include("graders.urls")),
     path("", include("reviews.urls")),
     path("", include("reviews.audit_urls")),

@@ -37,9 +37,14 @@ class BundleInvalid(ValueError):
     pass
 
 
-def _endpoint_for(metagrader: Metagrader) -> JudgeEndpoint | None:
+def endpoint_for(metagrader: Metagrader) -> JudgeEndpoint | None:
     """The judge the grader was measured with: its latest run's, else the project default."""
-    run = GradingRun.objects.filter(metagrader=metagrader).order_by("-created_at").first()
+    run = (
+        GradingRun.objects.filter(metagrader=metagrader)
+        .select_related("endpoint")
+        .order_by("-created_at")
+        .first()
+    )
     if run is not None:
         return run.endpoint
     return JudgeEndpoint.objects.filter(project=metagrader.project, is_default=True).first()
@@ -71,7 +76,7 @@ def _selection_search_snapshot(metagrader: Metagrader) -> dict[str, Any]:
 
 
 def bundle_build(*, metagrader: Metagrader) -> dict[str, Any]:
-    endpoint = _endpoint_for(metagrader)
+    endpoint = endpoint_for(metagrader)
     if endpoint is None:
         raise BundleInvalid("the project has no judge endpoint to export with the grader")
     program = program_validate(metagrader.program)

@@ -1,0 +1,238 @@
+"""What the HTTP reward API adds on top of the judge, under a steady training-job load.
+
+    python bench/reward_api.py [--rate 50] [--seconds 20] [--responses 8] [--latency-ms 50]
+
+Starts the app's own server (`manage.py runserver --noreload`, threaded; DEBUG off) on a fresh
+bench database (bench/database.py: PostgreSQL unless DATABASE_URL says otherwise) and the fake
+judge with a fixed latency in its own process, then sends POST .../reward at a steady `rate`
+per second, open loop: request i leaves at start + i / rate whether or not earlier ones have
+come back, and its latency counts from that moment, so a server that falls behind is charged
+for the queue it builds. Each request carries `responses` responses never seen before (no
+judge cache hit) to a stored task, graded by a scalar grader whose calls run concurrently:
+one judge round per request. Overhead = latency - the judge's latency. Prints p50 and p99
+overhead, throughput, and the ratio of p99 overhead to the 25 ms target (at most 1 passes).
+"""
+
+import argparse
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.database import bench_database_fresh, bench_environment  # noqa: E402
+from bench.judge_throughput import JudgeServerProcess  # noqa: E402
+
+TARGET_P99_OVERHEAD_MS = 25.0
+WARMUP_REQUESTS = 40
+CLIENT_CONNECTIONS = 64
+ANSWER = "The liability cap is 10% of the purchase price under clause 4 of the SPA. " * 6
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def setup(judge_url: str) -> dict[str, Any]:
+    """A project with a stored task, the fake judge as its default endpoint, a scalar grader
+    and a token; returns what the load needs to know."""
+    from graders.engine.baseline import baseline_program
+    from graders.models import JudgeEndpoint
+    from graders.services import metagrader_register
+    from graders.tokens import token_create
+    from labeling.models import Document, Project, Task
+
+    project = Project.objects.create(slug="bench", name="Bench")
+    task = Task.objects.create(
+        project=project, external_id="deal-1", prompt="Summarise the liability cap of the deal."
+    )
+    Document.objects.create(
+        task=task, external_id="spa", title="SPA", text="Clause 4: liability is capped. " * 40
+    )
+    JudgeEndpoint.objects.create(
+        project=project, name="fake", base_url=judge_url, model="fake-judge",
+        max_concurrency=64, is_default=True,
+    )  # fmt: skip
+    grader = metagrader_register(
+        project=project, program=baseline_program("scalar").to_json(), origin="baseline"
+    )
+    _, raw = token_create(project=project, name="bench", scopes=["reward"], rate_per_minute=100_000)
+    return {"slug": project.slug, "grader": grader.pk, "task": task.external_id, "token": raw}
+
+
+def server_start(port: int, log: Path, conn_max_age: int) -> subprocess.Popen[bytes]:
+    env = dict(
+        os.environ,
+        DEBUG="0",
+        SECRET_KEY="bench-" + "k" * 60,
+        SECURE_SSL_REDIRECT="0",
+        LOG_LEVEL="WARNING",
+    )
+    if conn_max_age:
+        # The project's settings close the database connection after every request; this
+        # measures the same server with persistent connections (Django's CONN_MAX_AGE).
+        folder = Path(tempfile.mkdtemp(prefix="reward-bench-settings-"))
+        (folder / "reward_bench_settings.py").write_text(
+            "from config.settings import *  # noqa: F403\n"
+            f"DATABASES['default']['CONN_MAX_AGE'] = {conn_max_age}\n"
+            "DATABASES['default']['CONN_HEALTH_CHECKS'] = True\n"
+        )
+        env["PYTHONPATH"] = os.pathsep.join([str(folder), str(REPO)])
+        env["DJANGO_SETTINGS_MODULE"] = "reward_bench_settings"
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb"),
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return server
+        except OSError:
+            if server.poll() is not None:
+                raise SystemExit("the server exited on start; run it by hand to see why") from None
+            time.sleep(0.2)
+    server.kill()
+    raise SystemExit("the server did not start within 60 s")
+
+
+def body(target: dict[str, Any], index: int, responses: int) -> dict[str, Any]:
+    return {
+        "task_id": target["task"],
+        "responses": [
+            {"id": f"r{n}", "content": f"Rollout {index}.{n}. {ANSWER}"} for n in range(responses)
+        ],
+    }
+
+
+async def load(
+    url: str, target: dict[str, Any], *, rate: float, count: int, responses: int, first: int
+) -> tuple[list[float], list[int], float]:
+    """Send `count` requests open loop at `rate` per second; latencies in seconds from each
+    request's scheduled start, the status codes, and the seconds from first send to last
+    answer."""
+    headers = {"Authorization": f"Bearer {target['token']}"}
+    latencies: list[float] = [0.0] * count
+    statuses: list[int] = [0] * count
+    # A trainer's HTTP pool is bounded too; past it, requests wait in the client, and the
+    # wait counts in their latency (measured from the schedule).
+    connector = aiohttp.TCPConnector(limit=CLIENT_CONNECTIONS)
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        start = time.perf_counter() + 0.05
+
+        async def one(index: int) -> None:
+            scheduled = start + index / rate
+            await asyncio.sleep(max(0.0, scheduled - time.perf_counter()))
+            payload = body(target, first + index, responses)
+            try:
+                async with session.post(url, json=payload, headers=headers) as response:
+                    await response.read()
+                    statuses[index] = response.status
+            except (aiohttp.ClientError, TimeoutError):
+                statuses[index] = 0  # refused or reset: a failed request, counted below
+            latencies[index] = time.perf_counter() - scheduled
+
+        await asyncio.gather(*(one(index) for index in range(count)))
+        elapsed = time.perf_counter() - start
+    return latencies, statuses, elapsed
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--rate", type=float, default=50.0, help="requests per second")
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--responses", type=int, default=8, help="responses per request")
+    parser.add_argument("--latency-ms", type=float, default=50.0, help="the judge's latency")
+    parser.add_argument(
+        "--conn-max-age", type=int, default=0,
+        help="keep database connections this many seconds (default 0: as configured)",
+    )  # fmt: skip
+    args = parser.parse_args()
+
+    bench_environment()
+    import django
+
+    django.setup()
+    vendor = bench_database_fresh()
+    latency_s = args.latency_ms / 1000
+    with JudgeServerProcess(latency_s) as judge:
+        target = setup(judge.base_url)
+        from django.db import connection
+
+        connection.close()  # the server process has the database to itself
+        port = free_port()
+        log = Path(tempfile.gettempdir()) / f"reward-api-bench-{port}.log"
+        server = server_start(port, log, args.conn_max_age)
+        url = f"http://127.0.0.1:{port}/api/p/{target['slug']}/graders/{target['grader']}/reward"
+        try:
+            warmup = load(
+                url, target, rate=10, count=WARMUP_REQUESTS, responses=args.responses, first=10**6
+            )
+            _, warm, _ = asyncio.run(warmup)
+            if set(warm) != {200}:
+                raise SystemExit(f"warm-up requests failed: statuses {sorted(set(warm))}")
+            calls_before = judge.stats()["calls"]
+            count = round(args.rate * args.seconds)
+            latencies, statuses, elapsed = asyncio.run(
+                load(url, target, rate=args.rate, count=count, responses=args.responses, first=0)
+            )
+            judge_stats = judge.stats()
+        finally:
+            server.terminate()
+            server.wait(timeout=20)
+    ok = [latency for latency, status in zip(latencies, statuses, strict=True) if status == 200]
+    failed = len(statuses) - len(ok)
+    if not ok:
+        raise SystemExit(f"every request failed: statuses {sorted(set(statuses))}; log: {log}")
+    overheads_ms = [(latency - latency_s) * 1000 for latency in ok]
+    p50, p99 = percentile(overheads_ms, 0.50), percentile(overheads_ms, 0.99)
+    judge_calls = judge_stats["calls"] - calls_before
+    persistent = f"kept {args.conn_max_age} s" if args.conn_max_age else "one per request"
+    print(
+        f"database:   {vendor}, connections {persistent}; server: manage.py runserver "
+        "(threaded), DEBUG off"
+    )
+    print(
+        f"load:       {count} requests x {args.responses} new responses, open loop at "
+        f"{args.rate:g}/s; judge latency {args.latency_ms:g} ms"
+    )
+    print(
+        f"answered:   {len(ok)} ok, {failed} failed; {judge_calls} judge calls "
+        f"(expected {len(ok) * args.responses}), at most {judge_stats['max_in_flight']} in flight"
+    )
+    p50_ms, p99_ms, max_ms = (
+        value * 1000 for value in (percentile(ok, 0.5), percentile(ok, 0.99), max(ok))
+    )
+    print(f"latency:    p50 {p50_ms:.1f} ms, p99 {p99_ms:.1f} ms, max {max_ms:.1f} ms")
+    print(f"overhead:   p50 {p50:.1f} ms, p99 {p99:.1f} ms (latency minus one judge round)")
+    rate = len(ok) / elapsed
+    print(f"throughput: {rate:.1f} requests/s = {rate * args.responses:.0f} responses/s "
+          f"(offered {args.rate:g}/s)")  # fmt: skip
+    print(f"ratio:      p99 overhead / {TARGET_P99_OVERHEAD_MS:g} ms = "
+          f"{p99 / TARGET_P99_OVERHEAD_MS:.2f} (target <= 1)")  # fmt: skip
+    if failed:
+        raise SystemExit(
+            f"{failed} requests failed: statuses {sorted(set(statuses))}; server log: {log}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""The project's API tokens page: admins make tokens for training jobs (the secret is shown
+once, in the answer to the POST that made it), see when each was last used, and revoke them."""
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods, require_POST
+
+from graders.engine.programs import KINDS
+from graders.models import ApiToken, TokenScope
+from graders.services import grader_selected
+from graders.tokens import MAX_RATE_PER_MINUTE, token_create, token_revoke
+from labeling.access import Perm, project_access
+
+
+class TokenForm(forms.Form):
+    name = forms.CharField(
+        max_length=100, help_text="Who or what uses it, e.g. the training job's name."
+    )
+    scopes = forms.MultipleChoiceField(
+        choices=TokenScope.choices,
+        widget=forms.CheckboxSelectMultiple,
+        initial=[TokenScope.REWARD],
+    )
+    rate_per_minute = forms.IntegerField(
+        min_value=1,
+        max_value=MAX_RATE_PER_MINUTE,
+        initial=600,
+        label="Requests per minute",
+        help_text="Requests over this get 429 with Retry-After.",
+    )
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def tokens_page(request: HttpRequest, slug: str) -> HttpResponse:
+    access = project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
+    form = TokenForm(request.POST or None)
+    secret = None
+    if request.method == "POST" and form.is_valid():
+        _, secret = token_create(
+            project=access.project,
+            name=form.cleaned_data["name"],
+            scopes=form.cleaned_data["scopes"],
+            rate_per_minute=form.cleaned_data["rate_per_minute"],
+            user=request.user,
+        )
+        form = TokenForm()
+    selected = [
+        (kind, request.build_absolute_uri(reverse("api-reward-selected", args=[slug, kind])))
+        for kind in KINDS
+        if grader_selected(project=access.project, kind=kind) is not None
+    ]
+    context = {
+        "access": access,
+        "project": access.project,
+        "tokens": ApiToken.objects.filter(project=access.project).select_related("created_by"),
+        "form": form,
+        "secret": secret,
+        "selected": selected,
+        "schema_url": request.build_absolute_uri(reverse("api-schema")),
+    }
+    response = render(request, "graders/tokens.html", context, status=400 if form.errors else 200)
+    # The page may carry a secret: no cache, proxy or back button keeps a copy.
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@require_POST
+@login_required
+def token_revoke_view(request: HttpRequest, slug: str, token_id: int) -> HttpResponse:
+    access = project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
+    token = ApiToken.objects.filter(project=access.project, pk=token_id).first()
+    if token is None:
+        raise Http404
+    token_revoke(token=token)
+    messages.success(request, f"Token {token.name} ({token.prefix}) revoked.")
+    return redirect("api-tokens", slug=slug)
