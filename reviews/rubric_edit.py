@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Count
 from django.utils import timezone
 
 from labeling.imports import rubric_items_replace, rubric_items_snapshot
-from labeling.models import Rubric, RubricRevision
+from labeling.models import CriterionGrade, Rubric, RubricRevision
 from labeling.records import MAX_CRITERION_TEXT, MAX_RUBRIC_ITEMS
 
 MAX_WEIGHT = 1000.0
@@ -158,6 +159,7 @@ def _rubric_change(
                 after = change(before)
                 if after == before:
                     raise _Unchanged  # rolls the version bump back
+                _graded_removal_refuse(current, before, after)
                 rubric_items_replace(rubric=current, items=after, editor=editor)
                 return RubricChange(current, True, key)
     except _Unchanged:
@@ -165,6 +167,28 @@ def _rubric_change(
     now = Rubric.objects.get(pk=rubric.pk)
     item = next((i for i in rubric_items_snapshot(now) if i["id"] == key), None)
     raise RubricConflict(now, item)
+
+
+def _graded_removal_refuse(rubric: Rubric, before: Items, after: Items) -> None:
+    """Removing a criterion deletes the expert grades recorded on it, which no restore brings
+    back: refuse, and say which criteria and how many grades (raising rolls the change back)."""
+    removed = {item["id"] for item in before} - {item["id"] for item in after}
+    if not removed:
+        return
+    graded = dict(
+        CriterionGrade.objects.filter(item__rubric=rubric, item__key__in=removed)
+        .values_list("item__key")
+        .annotate(n=Count("pk"))
+    )
+    if graded:
+        listed = ", ".join(f"{key} ({n})" for key, n in sorted(graded.items()))
+        raise CriterionInvalid(
+            {
+                "": f"Experts have graded responses on {listed}; removing "
+                f"{'it' if len(graded) == 1 else 'them'} would delete those grades. Edit the "
+                "text or the weight instead."
+            }
+        )
 
 
 _GENERATED_KEY = re.compile(r"c(\d+)")

@@ -6,7 +6,7 @@ import threading
 import pytest
 from django.db import connection
 
-from labeling.models import Rubric, RubricRevision
+from labeling.models import CriterionGrade, Rubric, RubricRevision
 from reviews.rubric_edit import (
     CriterionInvalid,
     RubricConflict,
@@ -17,7 +17,7 @@ from reviews.rubric_edit import (
 )
 from reviews.rubric_grader import rubric_writer
 from reviews.rubric_history import items_changes, items_diff, rubric_history
-from tests.reviews.conftest import CAP, CLAUSE, CLAUSE_FIXED
+from tests.reviews.conftest import CAP, CLAUSE, CLAUSE_FIXED, expert_marks
 
 pytestmark = pytest.mark.django_db
 
@@ -188,6 +188,22 @@ def test_the_last_criterion_cannot_be_deleted(generated: Rubric) -> None:
         )
     generated.refresh_from_db()
     assert generated.version == 2
+
+
+def test_a_criterion_experts_graded_cannot_be_removed_by_delete_or_restore(
+    generated: Rubric,
+) -> None:
+    expert_marks(generated, {("c1", "GOOD"): True, ("c1", "POOR"): False})
+    with pytest.raises(CriterionInvalid, match=r"graded responses on c1 \(2\)"):
+        criterion_delete(rubric=generated, seen_version=1, key="c1", editor="rob")
+    generated.refresh_from_db()
+    assert generated.version == 1 and CriterionGrade.objects.count() == 2
+    criterion_save(rubric=generated, seen_version=1, key=None, text="New.", weight=1, editor="rob")
+    graded_new = generated.items.get(text="New.")
+    expert_marks(generated, {(graded_new.key, "GOOD"): True})
+    with pytest.raises(CriterionInvalid, match="would delete those grades"):
+        rubric_restore(rubric=generated, seen_version=2, version=1, editor="rob")  # drops it
+    assert CriterionGrade.objects.count() == 3
 
 
 @pytest.mark.django_db(transaction=True)
