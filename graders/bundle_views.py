@@ -7,9 +7,18 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_GET, require_POST
+from rest_framework.decorators import (
+    api_view,
+    authentication_classes,
+    permission_classes,
+    throttle_classes,
+)
+from rest_framework.request import Request
+from rest_framework.response import Response
 
 from graders.bundles import BundleInvalid, bundle_export, bundle_import
-from graders.models import Metagrader
+from graders.models import Metagrader, TokenScope
+from graders.tokens import ApiTokenAuthentication, TokenRateThrottle, scope_required
 from labeling.access import Perm, project_access
 
 # A bundle carries every task's documents; a larger upload is refused before it is parsed.
@@ -59,3 +68,20 @@ def bundle_upload(request: HttpRequest, slug: str) -> HttpResponse:
         return redirect("graders", slug=slug)
     messages.success(request, f"Imported {grader.name} (#{grader.pk}).")
     return redirect("program", slug=slug, grader_id=grader.pk)
+
+
+@api_view(["GET"])
+@authentication_classes([ApiTokenAuthentication])
+@permission_classes([scope_required(TokenScope.EXPORT)])
+@throttle_classes([TokenRateThrottle])
+def bundle_api(request: Request, slug: str, grader_id: int) -> Response:
+    """The bundle for a training job's own download, with a token holding the export scope;
+    recorded in the grader's lineage under that token."""
+    grader = Metagrader.objects.filter(project__slug=slug, pk=grader_id).first()
+    if grader is None:
+        raise Http404("No such grader in this project.")
+    try:
+        bundle = bundle_export(metagrader=grader, token=request.auth)
+    except BundleInvalid as exc:
+        return Response({"detail": f"Cannot export: {exc}."}, status=409)
+    return Response(bundle)

@@ -170,3 +170,21 @@ def test_upload_errors_are_explained_and_only_admins_may_import(
     assert "Choose a bundle file" in response.content.decode() or "JSON object" in (
         response.content.decode()
     )
+
+
+def test_a_training_job_downloads_the_bundle_with_an_export_token(
+    search_project: Project, search_judge: JudgeEndpoint
+) -> None:
+    from graders.tokens import token_create
+
+    grader = rubric_grader(search_project)
+    url = reverse("api-bundle", args=[search_project.slug, grader.pk])
+    export_token, export_raw = token_create(project=search_project, name="ci", scopes=["export"])
+    _, reward_raw = token_create(project=search_project, name="rl", scopes=["reward"])
+    assert Client().get(url).status_code == 401
+    denied = Client(headers={"Authorization": f"Bearer {reward_raw}"}).get(url)
+    assert denied.status_code == 403
+    response = Client(headers={"Authorization": f"Bearer {export_raw}"}).get(url)
+    assert response.status_code == 200
+    assert load_bundle(response.json()).info.grader_id == grader.pk
+    assert GraderExport.objects.get().token == export_token
