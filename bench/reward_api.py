@@ -2,15 +2,17 @@
 
     python bench/reward_api.py [--rate 50] [--seconds 20] [--responses 8] [--latency-ms 50]
 
-Starts the app's own server (`manage.py runserver --noreload`, threaded; DEBUG off) on a fresh
-bench database (bench/database.py: PostgreSQL unless DATABASE_URL says otherwise) and the fake
-judge with a fixed latency in its own process, then sends POST .../reward at a steady `rate`
-per second, open loop: request i leaves at start + i / rate whether or not earlier ones have
-come back, and its latency counts from that moment, so a server that falls behind is charged
-for the queue it builds. Each request carries `responses` responses never seen before (no
-judge cache hit) to a stored task, graded by a scalar grader whose calls run concurrently:
-one judge round per request. Overhead = latency - the judge's latency. Prints p50 and p99
-overhead, throughput, and the ratio of p99 overhead to the 25 ms target (at most 1 passes).
+Starts the app as production serves it (gunicorn with the repository's gunicorn.conf.py:
+gthread, a process per core; DEBUG off; CONN_MAX_AGE=60), or with --server runserver Django's
+development server, on a fresh bench database (bench/database.py: PostgreSQL unless
+DATABASE_URL says otherwise) and the fake judge with a fixed latency in its own process, then
+sends POST .../reward at a steady `rate` per second, open loop: request i leaves at start +
+i / rate whether or not earlier ones have come back, and its latency counts from that moment,
+so a server that falls behind is charged for the queue it builds. Each request carries
+`responses` responses never seen before (no judge cache hit) to a stored task, graded by a
+scalar grader whose calls run concurrently: one judge round per request. Overhead = latency -
+the judge's latency. Prints p50 and p99 overhead, throughput, and the ratio of p99 overhead to
+the 25 ms target (at most 1 passes).
 """
 
 import argparse
@@ -72,28 +74,24 @@ def setup(judge_url: str) -> dict[str, Any]:
     return {"slug": project.slug, "grader": grader.pk, "task": task.external_id, "token": raw}
 
 
-def server_start(port: int, log: Path, conn_max_age: int) -> subprocess.Popen[bytes]:
+def server_start(
+    port: int, log: Path, conn_max_age: int, server_kind: str
+) -> subprocess.Popen[bytes]:
     env = dict(
         os.environ,
         DEBUG="0",
         SECRET_KEY="bench-" + "k" * 60,
         SECURE_SSL_REDIRECT="0",
         LOG_LEVEL="WARNING",
+        CONN_MAX_AGE=str(conn_max_age),
     )
-    if conn_max_age:
-        # The project's settings close the database connection after every request; this
-        # measures the same server with persistent connections (Django's CONN_MAX_AGE).
-        folder = Path(tempfile.mkdtemp(prefix="reward-bench-settings-"))
-        (folder / "reward_bench_settings.py").write_text(
-            "from config.settings import *  # noqa: F403\n"
-            f"DATABASES['default']['CONN_MAX_AGE'] = {conn_max_age}\n"
-            "DATABASES['default']['CONN_HEALTH_CHECKS'] = True\n"
-        )
-        env["PYTHONPATH"] = os.pathsep.join([str(folder), str(REPO)])
-        env["DJANGO_SETTINGS_MODULE"] = "reward_bench_settings"
+    if server_kind == "gunicorn":
+        # The production command of the README (gunicorn.conf.py: gthread, a process per core).
+        command = [sys.executable, "-m", "gunicorn", "-b", f"127.0.0.1:{port}"]
+    else:
+        command = [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"]
     server = subprocess.Popen(
-        [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb"),
+        command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb"),
     )  # fmt: skip
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -162,8 +160,12 @@ def main() -> None:
     parser.add_argument("--responses", type=int, default=8, help="responses per request")
     parser.add_argument("--latency-ms", type=float, default=50.0, help="the judge's latency")
     parser.add_argument(
-        "--conn-max-age", type=int, default=0,
-        help="keep database connections this many seconds (default 0: as configured)",
+        "--conn-max-age", type=int, default=60,
+        help="keep database connections this many seconds (CONN_MAX_AGE; 0: one per request)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--server", choices=["gunicorn", "runserver"], default="gunicorn",
+        help="gunicorn as the README serves the app, or Django's development server",
     )  # fmt: skip
     args = parser.parse_args()
 
@@ -180,7 +182,7 @@ def main() -> None:
         connection.close()  # the server process has the database to itself
         port = free_port()
         log = Path(tempfile.gettempdir()) / f"reward-api-bench-{port}.log"
-        server = server_start(port, log, args.conn_max_age)
+        server = server_start(port, log, args.conn_max_age, args.server)
         url = f"http://127.0.0.1:{port}/api/p/{target['slug']}/graders/{target['grader']}/reward"
         try:
             warmup = load(
@@ -206,10 +208,12 @@ def main() -> None:
     p50, p99 = percentile(overheads_ms, 0.50), percentile(overheads_ms, 0.99)
     judge_calls = judge_stats["calls"] - calls_before
     persistent = f"kept {args.conn_max_age} s" if args.conn_max_age else "one per request"
-    print(
-        f"database:   {vendor}, connections {persistent}; server: manage.py runserver "
-        "(threaded), DEBUG off"
+    served = (
+        "gunicorn (gunicorn.conf.py: gthread)"
+        if args.server == "gunicorn"
+        else "manage.py runserver (threaded)"
     )
+    print(f"database:   {vendor}, connections {persistent}; server: {served}, DEBUG off")
     print(
         f"load:       {count} requests x {args.responses} new responses, open loop at "
         f"{args.rate:g}/s; judge latency {args.latency_ms:g} ms"

@@ -174,6 +174,50 @@ def load_bundle(
         raise BundleInvalid(errors)
     grader = _mapping(data.get("grader"), "grader", errors)
     program = _program_check(grader, errors)
+    return _grader_build(
+        data,
+        grader,
+        program,
+        errors,
+        judge_base_url=judge_base_url,
+        cache=cache,
+        rubric_cache_path=rubric_cache_path,
+        budget=budget,
+        transport=transport,
+    )
+
+
+def load_bundle_parsed(
+    data: Mapping[str, Any],
+    program: Program,
+    *,
+    cache: JudgeCache | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> "Grader":
+    """load_bundle for a bundle built around a program that is already validated and hashed
+    (a server that keeps parsed programs by content hash): `program` stands for
+    grader.program, which is neither parsed nor hashed again; every other part is checked
+    exactly as load_bundle checks it. Raises BundleInvalid."""
+    errors: list[str] = []
+    _header_check(data, errors)
+    if errors:
+        raise BundleInvalid(errors)
+    grader = _mapping(data.get("grader"), "grader", errors)
+    return _grader_build(data, grader, program, errors, cache=cache, transport=transport)
+
+
+def _grader_build(
+    data: Mapping[str, Any],
+    grader: Mapping[str, Any],
+    program: Program | None,
+    errors: list[str],
+    *,
+    judge_base_url: str | None = None,
+    cache: JudgeCache | str | os.PathLike[str] | None = None,
+    rubric_cache_path: str | os.PathLike[str] | None = None,
+    budget: Budget | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> "Grader":
     settings = _settings_parse(data.get("judge"), judge_base_url, errors)
     tasks = _tasks_parse(data.get("tasks", {}), errors)
     rubrics = _rubrics_parse(data.get("rubrics", {}), errors)

@@ -24,7 +24,7 @@ import os
 import random
 import ssl
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -123,6 +123,13 @@ class JudgeCache(Protocol):
     def get(self, key: str) -> dict[str, Any] | None: ...
 
     def put(self, key: str, value: dict[str, Any]) -> None: ...
+
+
+class BatchJudgeCache(JudgeCache, Protocol):
+    """A cache that can also answer many keys at once (one database query, say). The client
+    batches the lookups its calls make in one turn of the event loop into one get_many."""
+
+    def get_many(self, keys: Sequence[str]) -> Mapping[str, dict[str, Any]]: ...
 
 
 class MemoryCache:
@@ -258,13 +265,22 @@ class JudgeClient:
         self._backoff_cap_s = backoff_cap_s
         self._semaphore = asyncio.Semaphore(settings.max_concurrency)
         self._in_flight: dict[str, asyncio.Future[None]] = {}
+        # Lookups waiting for the next batched get_many (see _cache_lookup).
+        self._lookups: dict[str, asyncio.Future[dict[str, Any] | None]] = {}
         # An absolute URL built once: httpx re-parses a relative one against base_url per call.
         self._url = httpx.URL(settings.base_url.rstrip("/") + "/chat/completions")
+        self._transport = transport or _default_transport(settings.max_concurrency)
         self._http = httpx.AsyncClient(
             headers=_auth_headers(settings.api_key_env),
             timeout=httpx.Timeout(settings.timeout_s),
-            transport=transport or _default_transport(settings.max_concurrency),
+            transport=self._transport,
         )
+        # What AsyncClient.post would send, worked out once: its headers (defaults and key) and
+        # timeouts. Requests go straight to the transport (see _post): the client's per-call
+        # cookie, auth and redirect handling cost more CPU than the rest of a call, and a judge
+        # API needs none of them.
+        self._headers = self._http.headers.raw
+        self._timeout = self._http.timeout.as_dict()
 
     async def __aenter__(self) -> Self:
         return self
@@ -287,7 +303,7 @@ class JudgeClient:
         """
         key = request_key(self.settings, request)
         cache = self._cache if self.settings.temperature == 0 else None
-        stored = cache.get(key) if cache is not None else None
+        stored = await self._cache_lookup(cache, key) if cache is not None else None
         if stored is not None and _is_stored_completion(stored):
             result = _cached_result(stored, request)
         else:
@@ -297,6 +313,33 @@ class JudgeClient:
         if result.error is not None:
             _log.warning("judge call %s failed: %s", request.name, result.error)
         return result
+
+    async def _cache_lookup(self, cache: JudgeCache, key: str) -> dict[str, Any] | None:
+        """cache.get(key); with a batch cache, the lookups of every call that starts in the same
+        turn of the event loop (a group's responses, gathered) are one get_many."""
+        get_many = getattr(cache, "get_many", None)
+        if get_many is None:
+            return cache.get(key)
+        pending = self._lookups.get(key)
+        if pending is None:
+            if not self._lookups:
+                asyncio.get_running_loop().call_soon(self._lookups_answer, get_many)
+            pending = asyncio.get_running_loop().create_future()
+            self._lookups[key] = pending
+        return await asyncio.shield(pending)
+
+    def _lookups_answer(
+        self, get_many: Callable[[Sequence[str]], Mapping[str, dict[str, Any]]]
+    ) -> None:
+        lookups, self._lookups = self._lookups, {}
+        try:
+            found = get_many(list(lookups))
+        except BaseException as exc:
+            for future in lookups.values():
+                future.set_exception(exc)
+            return
+        for key, future in lookups.items():
+            future.set_result(found.get(key))
 
     async def _call_once(
         self, request: ChatRequest, key: str, cache: JudgeCache | None
@@ -343,8 +386,8 @@ class JudgeClient:
                 self._budget.claim()
             started = time.perf_counter()
             try:
-                payload = _payload(self.settings, request)
-                response = await self._post_with_retries(payload, request.name)
+                body = _body_encode(_payload(self.settings, request))
+                response = await self._post_with_retries(body, request.name)
                 text, tokens_in, tokens_out = _read_completion(response)
             except _CallFailed as failure:
                 return ChatResult(None, None, str(failure), latency_s=time.perf_counter() - started)
@@ -365,13 +408,30 @@ class JudgeClient:
         result.latency_s = latency_s
         return result
 
-    async def _post_with_retries(self, payload: dict[str, Any], name: str) -> httpx.Response:
+    async def _post(self, body: bytes) -> httpx.Response:
+        """What `self._http.post(url, json=payload)` sends and returns, byte for byte (the
+        same headers in the same order, the same body), without the client's per-call work."""
+        request = httpx.Request(
+            "POST", self._url, headers=self._headers, content=body,
+            extensions={"timeout": self._timeout},
+        )  # fmt: skip
+        request.headers["Content-Type"] = "application/json"
+        response = await self._transport.handle_async_request(request)
+        response.request = request
+        try:
+            await response.aread()
+        except BaseException:
+            await response.aclose()
+            raise
+        return response
+
+    async def _post_with_retries(self, body: bytes, name: str) -> httpx.Response:
         """POST until a 200, a failure not worth retrying, or max_retries retries."""
         retries = 0
         while True:
             wait: float | None = None
             try:
-                response = await self._http.post(self._url, json=payload)
+                response = await self._post(body)
             except _TRANSIENT_ERRORS as exc:
                 problem = f"{type(exc).__name__}: {exc}".rstrip(": ")
             else:
@@ -467,6 +527,12 @@ def _payload(settings: JudgeSettings, request: ChatRequest) -> dict[str, Any]:
     return payload
 
 
+def _body_encode(payload: dict[str, Any]) -> bytes:
+    # Exactly httpx's encoding of json= (httpx._content.encode_json), so the bytes on the wire
+    # are what AsyncClient.post(json=payload) sent.
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
 def _response_format(
     choice: ResponseFormat, schema: dict[str, Any] | None
 ) -> dict[str, Any] | None:
@@ -477,8 +543,25 @@ def _response_format(
         return {"type": "json_object"}
     return {
         "type": "json_schema",
-        "json_schema": {"name": SCHEMA_NAME, "schema": wire_schema(schema), "strict": True},
+        "json_schema": {"name": SCHEMA_NAME, "schema": _wire_schema(schema), "strict": True},
     }
+
+
+# Steps send the same schema object with every call (programs.Step caches it), so its wire form
+# is kept by identity; the entry holds the schema itself, so its id cannot be reused meanwhile.
+_WIRE_SCHEMAS: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
+_WIRE_SCHEMAS_MAX = 512
+
+
+def _wire_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    entry = _WIRE_SCHEMAS.get(id(schema))
+    if entry is not None and entry[0] is schema:
+        return entry[1]
+    wire = wire_schema(schema)
+    if len(_WIRE_SCHEMAS) >= _WIRE_SCHEMAS_MAX:
+        _WIRE_SCHEMAS.clear()
+    _WIRE_SCHEMAS[id(schema)] = (schema, wire)
+    return wire
 
 
 def _error_body(response: httpx.Response) -> dict[str, Any]:

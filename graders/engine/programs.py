@@ -34,6 +34,7 @@ criteria; pairwise kinds, the win rate in the group (see `grade_group_pairwise`)
 """
 
 import asyncio
+import functools
 import hashlib
 import json
 import math
@@ -324,19 +325,34 @@ class Step:
     prompt: str
     output: Mapping[str, TypeSpec]
 
-    @property
+    # A step is immutable, and every judge call of a step sends the same schema and output
+    # instructions, so each is built once per step (cached_property writes to the instance's
+    # __dict__, which a frozen dataclass allows; equality still compares the fields only).
+    @functools.cached_property
     def placeholders(self) -> tuple[str, ...]:
         """The names the prompt uses, each once, in order of first use."""
         return tuple(dict.fromkeys(PLACEHOLDER.findall(self.prompt)))
 
     def schema(self) -> dict[str, Any]:
-        """The JSON schema the judge's answer must satisfy (sent as ChatRequest.schema)."""
+        """The JSON schema the judge's answer must satisfy (sent as ChatRequest.schema). The
+        same object on every call: treat it as read-only."""
+        return self._schema
+
+    @functools.cached_property
+    def _schema(self) -> dict[str, Any]:
         return {
             "type": "object",
             "properties": {name: spec.schema() for name, spec in self.output.items()},
             "required": list(self.output),
             "additionalProperties": False,
         }
+
+    @functools.cached_property
+    def output_instructions(self) -> str:
+        """The reply format, spelled out in the prompt as well as sent as a schema: not every
+        server enforces schemas."""
+        fields = "\n".join(f'- "{name}": {spec.describe()}' for name, spec in self.output.items())
+        return f"Reply with only a JSON object with exactly these fields:\n{fields}"
 
 
 @dataclass(frozen=True)
@@ -378,7 +394,7 @@ class Program:
             document["reward"] = reward_to_json(self.reward)
         return document
 
-    @property
+    @functools.cached_property
     def content_hash(self) -> str:
         """sha256 of the canonical JSON: the same program always hashes the same, whatever the
         key order or spacing it was written with."""
@@ -1067,9 +1083,7 @@ def _messages_render(step: Step, values: Mapping[str, str]) -> tuple[dict[str, s
 
 
 def _output_instructions(step: Step) -> str:
-    # Spelled out in the prompt as well as sent as a schema: not every server enforces schemas.
-    fields = "\n".join(f'- "{name}": {spec.describe()}' for name, spec in step.output.items())
-    return f"Reply with only a JSON object with exactly these fields:\n{fields}"
+    return step.output_instructions
 
 
 def _task_values(task: TaskInput) -> dict[str, str]:

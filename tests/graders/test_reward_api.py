@@ -400,3 +400,66 @@ def test_get_reward_without_labels_grades_against_the_prompt_and_checks_shapes(
     assert cut.status_code == 400 and "0" in cut.json()["query"]
     uneven = post(client, url, {"query": ["a", "b"], "prompts": ["a"]}, bearer(token))
     assert uneven.status_code == 400 and "prompts" in uneven.json()
+
+
+# What a request costs the database --------------------------------------------------------------
+
+
+def test_a_reward_request_makes_seven_queries_and_parses_the_program_once(
+    client: Client,
+    scalar: Metagrader,
+    token: str,
+    django_assert_num_queries: Any,
+    monkeypatch: Any,
+) -> None:
+    """Token, grader (without its program once parsed), task with its documents, judge
+    endpoint, one judge-cache lookup for the whole group, the cache insert, the usage count."""
+    import graders.reward_api as reward_api
+
+    url = reward_url(scalar)
+    first = post(client, url, {"task_id": "t0", "responses": group("t0")}, bearer(token))
+    assert first.status_code == 200
+    parses: list[Any] = []
+    monkeypatch.setattr(reward_api, "program_validate", lambda data: parses.append(data))
+    fresh = [{"id": f"n{n}", "content": f"GOOD fresh answer {n}"} for n in range(4)]
+    with django_assert_num_queries(7):
+        again = post(client, url, {"task_id": "t0", "responses": fresh}, bearer(token))
+    assert again.status_code == 200
+    assert again.json()["rewards"] == [0.9] * 4
+    assert parses == []
+
+
+def test_the_judge_endpoint_is_the_latest_runs_else_the_projects_default(
+    reward_project: Project, scalar: Metagrader, judge: JudgeEndpoint, admin_user: Any
+) -> None:
+    from graders.bundles import endpoint_for
+    from graders.reward_api import _endpoint_for
+
+    assert _endpoint_for(scalar) == endpoint_for(scalar) == judge
+    other = JudgeEndpoint.objects.create(
+        project=reward_project, name="other", base_url=judge.base_url, model="other-judge"
+    )
+    grading_run_start(
+        project=reward_project, metagrader=scalar, endpoint=other, task_ids=["t0"], user=admin_user
+    )
+    assert _endpoint_for(scalar) == endpoint_for(scalar) == other
+    JudgeEndpoint.objects.filter(pk=judge.pk).update(is_default=False)
+    lone = grader_of(reward_project, "rubric")
+    assert _endpoint_for(lone) is endpoint_for(lone) is None
+
+
+def test_stored_tasks_keep_their_documents_in_order_and_may_have_none(
+    reward_project: Project, scalar: Metagrader
+) -> None:
+    from graders.reward_api import _tasks_known
+    from labeling.models import Document
+
+    t1 = Task.objects.get(project=reward_project, external_id="t1")
+    Document.objects.filter(task=t1).update(position=5)
+    Document.objects.create(task=t1, external_id="annex", title="Annex", text="A.", position=1)
+    Document.objects.filter(task__external_id="t2").delete()
+    tasks = {task.id: task for task in _tasks_known(scalar, {"t1", "t2", "missing"}).values()}
+    assert sorted(tasks) == ["t1", "t2"]
+    assert [d.id for d in tasks["t1"].documents] == ["annex", "spa"]
+    assert tasks["t1"].prompt == "Review contract 1"
+    assert tasks["t2"].documents == ()

@@ -26,6 +26,7 @@ from graders.engine.judge import (
     MemoryCache,
     MissingApiKey,
     Usage,
+    _payload,
     request_key,
     retry_after_seconds,
 )
@@ -546,3 +547,69 @@ def test_identical_requests_in_flight_make_one_call(fake_judge: FakeJudgeServer)
         results[0].parsed["score"]
     }
     assert sum(result.cached for result in results) == 4
+
+
+# What goes on the wire, and how the cache is asked
+
+
+def test_requests_are_byte_for_byte_what_httpx_asyncclient_post_sends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The client sends straight to the transport; the method, URL, headers (names, values
+    and order) and body must equal AsyncClient.post(url, json=payload)'s, so judges and their
+    caches see no difference."""
+    monkeypatch.setenv("JUDGE_KEY_WIRE", "sk-wire")
+    settings = JudgeSettings(
+        base_url="http://judge.test/v1/", model="m", api_key_env="JUDGE_KEY_WIRE", seed=7
+    )
+    request = grade('Süß <<<not a fence>>> \u2028 "quoted"')
+    sent: list[httpx.Request] = []
+
+    def answer(wire: httpx.Request) -> httpx.Response:
+        sent.append(wire)
+        message = {"role": "assistant", "content": '{"score": 1}'}
+        return httpx.Response(200, json={"choices": [{"message": message}]})
+
+    results, _ = run(settings, [request], transport=httpx.MockTransport(answer))
+    assert results[0].parsed == {"score": 1}
+
+    async def reference() -> httpx.Request:
+        async with httpx.AsyncClient(
+            headers={"Authorization": "Bearer sk-wire"},
+            timeout=httpx.Timeout(settings.timeout_s),
+            transport=httpx.MockTransport(answer),
+        ) as client:
+            await client.post(
+                "http://judge.test/v1/chat/completions", json=_payload(settings, request)
+            )
+        return sent[-1]
+
+    expected = asyncio.run(reference())
+    ours = sent[0]
+    assert (ours.method, str(ours.url)) == (expected.method, str(expected.url))
+    assert ours.headers.raw == expected.headers.raw
+    assert ours.content == expected.content
+    assert ours.extensions["timeout"] == expected.extensions["timeout"]
+
+
+def test_a_batch_cache_answers_a_group_of_lookups_with_one_get_many(
+    fake_judge: FakeJudgeServer,
+) -> None:
+    class BatchCache(MemoryCache):
+        def __init__(self) -> None:
+            super().__init__()
+            self.batches: list[list[str]] = []
+
+        def get_many(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+            self.batches.append(list(keys))
+            return {key: value for key in keys if (value := self.get(key)) is not None}
+
+    cache = BatchCache()
+    settings = settings_for(fake_judge.base_url)
+    requests = [grade(f"response {n}") for n in range(6)]
+    first, _ = run(settings, requests, cache=cache)
+    assert [len(batch) for batch in cache.batches] == [6]
+    again, usage = run(settings, requests, cache=cache)
+    assert [len(batch) for batch in cache.batches] == [6, 6]
+    assert (usage.calls, usage.cache_hits, fake_judge.call_count) == (0, 6, 6)
+    assert [r.parsed for r in again] == [r.parsed for r in first]
