@@ -33,8 +33,16 @@ from graders.engine.metrics import (
     FloatArray,
     task_bootstrap_ci,
 )
-from graders.engine.programs import DocumentInput, Judge, TaskInput, documents_render
+from graders.engine.programs import (
+    DocumentInput,
+    Judge,
+    StepTrace,
+    TaskInput,
+    documents_render,
+)
 
+# The name of the auditor's one call, in requests and traces.
+AUDIT_STEP = "audit"
 Specificity = Literal["specific", "generic"]
 Grounding = Literal["supported", "contradicted", "unverifiable"]
 SPECIFICITIES: tuple[Specificity, ...] = get_args(Specificity)
@@ -90,22 +98,6 @@ _QUOTE_MARKS = "\"'\u201c\u201d\u2018\u2019"
 
 
 @dataclass(frozen=True)
-class AuditTrace:
-    """The one judge call behind a verdict: what was sent, what came back, what it cost."""
-
-    messages: tuple[dict[str, str], ...]
-    text: str | None
-    parsed: dict[str, Any] | None
-    error: str | None
-    cached: bool
-    request_key: str
-    tokens_in: int
-    tokens_out: int
-    cost: float
-    latency_s: float
-
-
-@dataclass(frozen=True)
 class AuditVerdict:
     """The auditor's verdict on one criterion. On a failed call `error` says why and the
     three verdicts are None. With `quote_missing`, the auditor claimed support or contradiction
@@ -118,7 +110,7 @@ class AuditVerdict:
     omission: bool | None
     quote_missing: bool
     error: str | None
-    trace: AuditTrace
+    trace: StepTrace
 
 
 def audit_messages(task: TaskInput, criterion_text: str) -> tuple[dict[str, str], ...]:
@@ -140,7 +132,7 @@ async def audit_criterion(judge: Judge, task: TaskInput, criterion_text: str) ->
     Raises only what the judge raises (BudgetExhausted); every other failure is a verdict
     with `error` set, never a guess."""
     messages = audit_messages(task, criterion_text)
-    result = await judge.complete(ChatRequest(messages, AUDIT_SCHEMA, "audit"))
+    result = await judge.complete(ChatRequest(messages, AUDIT_SCHEMA, AUDIT_STEP))
     trace = _trace(messages, result)
     parsed = _verdict_fields(result)
     if isinstance(parsed, str):
@@ -194,19 +186,8 @@ def _normalized(text: str) -> str:
     return _WHITESPACE.sub(" ", data_neutralize(text)).strip()
 
 
-def _trace(messages: tuple[dict[str, str], ...], result: ChatResult) -> AuditTrace:
-    return AuditTrace(
-        messages=messages,
-        text=result.text,
-        parsed=result.parsed,
-        error=result.error,
-        cached=result.cached,
-        request_key=result.request_key,
-        tokens_in=result.tokens_in,
-        tokens_out=result.tokens_out,
-        cost=result.cost,
-        latency_s=result.latency_s,
-    )
+def _trace(messages: tuple[dict[str, str], ...], result: ChatResult) -> StepTrace:
+    return StepTrace.of(AUDIT_STEP, "", messages, result, result.error)
 
 
 # The report ----------------------------------------------------------------------------------

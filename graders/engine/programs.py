@@ -756,6 +756,31 @@ class StepTrace:
     cost: float
     latency_s: float
 
+    @classmethod
+    def of(
+        cls,
+        step_id: str,
+        label: str,
+        messages: tuple[dict[str, str], ...],
+        result: ChatResult,
+        error: str | None,
+    ) -> "StepTrace":
+        """The trace of one call: what was sent, what came back, what it cost."""
+        return cls(
+            step_id=step_id,
+            label=label,
+            messages=messages,
+            text=result.text,
+            parsed=result.parsed,
+            error=error,
+            cached=result.cached,
+            request_key=result.request_key,
+            tokens_in=result.tokens_in,
+            tokens_out=result.tokens_out,
+            cost=result.cost,
+            latency_s=result.latency_s,
+        )
+
 
 @dataclass(frozen=True)
 class CriterionResult:
@@ -1033,19 +1058,8 @@ def _trace_entry(
     result: ChatResult,
     output: dict[str, Any] | str,
 ) -> StepTrace:
-    return StepTrace(
-        step_id=step.id,
-        label=label,
-        messages=messages,
-        text=result.text,
-        parsed=result.parsed,
-        error=output if isinstance(output, str) else None,
-        cached=result.cached,
-        request_key=result.request_key,
-        tokens_in=result.tokens_in,
-        tokens_out=result.tokens_out,
-        cost=result.cost,
-        latency_s=result.latency_s,
+    return StepTrace.of(
+        step.id, label, messages, result, output if isinstance(output, str) else None
     )
 
 
