@@ -133,6 +133,17 @@ JUDGE_API_KEY_ENV_PREFIX = os.environ.get("JUDGE_API_KEY_ENV_PREFIX", "JUDGE_KEY
 JUDGE_BASE_URL_HOSTS = env_list("JUDGE_BASE_URL_HOSTS", "")
 
 # Files up to this size import inside the request; larger ones become a background job.
+# The cache holds the reward API's per-token request counts. Each process has its own by
+# default; with several web processes (gunicorn) set CACHE_URL=redis://... so the limit is
+# counted once across them (the redis client comes with celery[redis]).
+CACHE_URL = os.environ.get("CACHE_URL", "")
+if CACHE_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": CACHE_URL,
+        }
+    }
 # A reward API request body larger than this is refused with 413 before it is parsed.
 REWARD_API_MAX_BYTES = int(os.environ.get("REWARD_API_MAX_BYTES", 2 * 1024 * 1024))
 IMPORT_INLINE_MAX_BYTES = int(os.environ.get("IMPORT_INLINE_MAX_BYTES", 2 * 1024 * 1024))

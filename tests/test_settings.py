@@ -29,3 +29,19 @@ def test_deploy_check_is_clean_with_a_real_key() -> None:
     result = manage("check", "--deploy", "--fail-level", "WARNING", DEBUG="0", SECRET_KEY=key)
     assert result.returncode == 0, result.stderr
     assert "no issues" in result.stdout
+
+
+def cache_backend(cache_url: str) -> str:
+    """The default cache's class and location as a fresh process configures them."""
+    show = (
+        "from django.core.cache import caches; c = caches['default']; "
+        "print(type(c).__name__, getattr(c, '_servers', ''))"
+    )
+    result = manage("shell", "-v", "0", "-c", show, CACHE_URL=cache_url)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_cache_url_puts_the_cache_in_redis_for_every_process() -> None:
+    assert cache_backend("redis://127.0.0.1:6379/3") == "RedisCache ['redis://127.0.0.1:6379/3']"
+    assert cache_backend("").startswith("LocMemCache")
