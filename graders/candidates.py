@@ -10,10 +10,6 @@ from graders.models import Candidate, CandidateStatus
 EPSILON = 1e-9
 
 
-class BudgetSpent(Exception):
-    """The search's budget in calls or money ran out."""
-
-
 def candidate_better(a: Candidate, b: Candidate | None) -> bool:
     if b is None or b.score is None:
         return a.score is not None

@@ -37,7 +37,7 @@ from graders.models import Grade as GradeRow
 from graders.models import GradingItem, GradingRun, ItemStatus
 from graders.services import endpoint_settings
 from labeling.imports import rubric_items_replace
-from labeling.jobs import JobCancelled, job_finish, job_progress
+from labeling.jobs import BUDGET_SPENT, JobCancelled, job_finish, job_progress
 from labeling.models import AuthorKind, Job, JobStatus, Response, Rubric, Task
 
 
@@ -48,10 +48,6 @@ def chunk_size(settings: JudgeSettings) -> int:
 
 
 ABANDONED = timedelta(minutes=15)
-BUDGET_SPENT = (
-    "Stopped: the budget is spent. Raise it and resume; finished tasks and cached judge "
-    "answers are kept."
-)
 RECHECK_SECONDS = 60
 
 

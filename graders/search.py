@@ -12,24 +12,14 @@ once it is stale and goes on from what is stored: a round's proposals are stored
 each candidate's grading run keeps its finished tasks, and every deterministic judge answer
 is cached. Only the judge calls in flight when a worker died are made again."""
 
-import os
-import socket
-import uuid
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 
-from graders.candidates import BudgetSpent, best_candidate
+from graders.candidates import best_candidate
 from graders.engine.judge import Budget, Usage
 from graders.engine.programs import KINDS
-from graders.grading import (
-    BUDGET_SPENT,
-    run_budget,
-    run_complete,
-    run_finish,
-    run_grade,
-)
+from graders.grading import run_budget, run_complete, run_finish, run_grade
 from graders.models import (
     Candidate,
     CandidateStatus,
@@ -43,13 +33,14 @@ from graders.models import (
 from graders.search_proposals import round_propose
 from graders.services import GRADING_JOB, RunInvalid, grading_run_start
 from labeling.jobs import (
+    BUDGET_SPENT,
+    BudgetSpent,
     JobCancelled,
     JobHeartbeat,
     LeaseLost,
     job_create,
-    job_finish,
-    job_lease_take,
     job_progress,
+    job_run_leased,
 )
 from labeling.models import Job, JobStatus, Preference, Project, Score, Split, Task
 from labeling.snapshots import label_snapshot_take
@@ -195,43 +186,29 @@ def candidate_eval_start(*, candidate: Candidate, user: Any = None) -> GradingRu
 
 
 def search_run_execute(*, search_id: int) -> dict[str, Any]:
-    """Run or resume a search. Safe to call any number of times: a call that finds another
-    worker's fresh lease looks again after a lease period; one that finds the search over
-    does nothing."""
+    """Run or resume a search (labeling.jobs.job_run_leased: safe to call any number of
+    times)."""
     search = SearchRun.objects.select_related("job", "project").get(pk=search_id)
-    owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    job = job_lease_take(job_id=search.job_id, owner=owner)
-    if job is None:
-        if Job.objects.filter(pk=search.job_id, status__in=Job.ACTIVE).exists():
-            from graders.tasks import search_run_task
 
-            search_run_task.apply_async((search_id,), countdown=settings.JOB_LEASE_SECONDS)
-            return {"search": search_id, "status": "busy"}
-        return {"search": search_id, "skipped": True}
-    # This worker holds the lease, so tasks still marked running were left by a dead one.
-    GradingItem.objects.filter(run__search=search, status=ItemStatus.RUNNING).update(
-        status=ItemStatus.PENDING, claimed_at=None
+    def work(job: Job, heartbeat: JobHeartbeat) -> dict[str, Any]:
+        # This worker holds the lease, so tasks still marked running were left by a dead one.
+        GradingItem.objects.filter(run__search=search, status=ItemStatus.RUNNING).update(
+            status=ItemStatus.PENDING, claimed_at=None
+        )
+        return _SearchPass(search, job, heartbeat).run()
+
+    def resend(countdown: float) -> None:
+        from graders.tasks import search_run_task
+
+        search_run_task.apply_async((search_id,), countdown=countdown)
+
+    outcome = job_run_leased(
+        job_id=search.job_id,
+        work=work,
+        resend=resend,
+        cancelled="Cancelled; the candidates graded so far are kept. Resume to go on.",
     )
-    with JobHeartbeat(job, owner) as heartbeat:
-        try:
-            result = _SearchPass(search, job, heartbeat).run()
-        except LeaseLost:
-            return {"search": search_id, "status": "lost"}
-        except JobCancelled:
-            job_finish(
-                job=job,
-                status=JobStatus.CANCELLED,
-                error="Cancelled; the candidates graded so far are kept. Resume to go on.",
-            )
-            return {"search": search_id, "status": "cancelled"}
-        except BudgetSpent:
-            job_finish(job=job, status=JobStatus.FAILED, error=BUDGET_SPENT)
-            return {"search": search_id, "status": "budget"}
-        except Exception as exc:
-            job_finish(job=job, status=JobStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
-            raise
-    job_finish(job=job, status=JobStatus.SUCCEEDED, result=result)
-    return {"search": search_id, "status": "succeeded"}
+    return {"search": search_id, **outcome}
 
 
 def search_usage(search: SearchRun) -> dict[str, float]:

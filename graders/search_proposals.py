@@ -9,7 +9,7 @@ from typing import Any, cast
 
 from django.db import transaction
 
-from graders.candidates import BudgetSpent, candidates_ranked
+from graders.candidates import candidates_ranked
 from graders.engine.baseline import baseline_program
 from graders.engine.judge import Budget, BudgetExhausted, JudgeClient, Usage
 from graders.engine.programs import Kind, program_validate
@@ -19,6 +19,7 @@ from graders.judge_cache import DatabaseJudgeCache
 from graders.models import Candidate, CandidateStatus, Metagrader, Origin, SearchRun
 from graders.search_material import meta_material, prior_candidates
 from graders.services import endpoint_settings, metagrader_register
+from labeling.jobs import BudgetSpent
 
 # The structured proposer breeds each round from the best few candidates so far.
 PARENTS_PER_ROUND = 3

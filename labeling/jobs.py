@@ -4,7 +4,10 @@ Workers claim a job with a conditional UPDATE (queued -> running) and check that
 row changed, so a second delivery of the same Celery message finds nothing to do.
 """
 
+import os
+import socket
 import threading
+import uuid
 from collections.abc import Callable
 from datetime import timedelta
 from types import TracebackType
@@ -44,6 +47,16 @@ def job_claim(*, job_id: int, redelivered: bool = False) -> Job | None:
     if claimed != 1:
         return None
     return Job.objects.get(pk=job_id)
+
+
+BUDGET_SPENT = (
+    "Stopped: the budget is spent. Raise it and resume; finished work and cached judge "
+    "answers are kept."
+)
+
+
+class BudgetSpent(Exception):
+    """A job's budget in calls or money ran out."""
 
 
 class LeaseLost(Exception):
@@ -107,6 +120,45 @@ class JobHeartbeat:
                 self.lost = self.lost or beat == 0
         finally:
             connection.close()  # this thread's own connection
+
+
+def job_run_leased(
+    *,
+    job_id: int,
+    work: Callable[[Job, "JobHeartbeat"], dict[str, Any]],
+    resend: Callable[[float], object],
+    cancelled: str,
+) -> dict[str, Any]:
+    """Run a long job start to finish in this worker, alone: take its lease (else, while
+    another worker's lease is fresh, `resend` the message for a lease period later), run
+    `work` under a heartbeat, and record how it ended. Safe to call any number of times.
+
+    `work` returns the job's result, or stops by raising JobCancelled (recorded with the
+    `cancelled` message), BudgetSpent, or any error (recorded, then raised again). On a lost
+    lease nothing is recorded: the job belongs to the worker that took it over."""
+    owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    job = job_lease_take(job_id=job_id, owner=owner)
+    if job is None:
+        if Job.objects.filter(pk=job_id, status__in=Job.ACTIVE).exists():
+            resend(settings.JOB_LEASE_SECONDS)
+            return {"status": "busy"}
+        return {"skipped": True}
+    with JobHeartbeat(job, owner) as heartbeat:
+        try:
+            result = work(job, heartbeat)
+        except LeaseLost:
+            return {"status": "lost"}
+        except JobCancelled:
+            job_finish(job=job, status=JobStatus.CANCELLED, error=cancelled)
+            return {"status": "cancelled"}
+        except BudgetSpent:
+            job_finish(job=job, status=JobStatus.FAILED, error=BUDGET_SPENT)
+            return {"status": "budget"}
+        except Exception as exc:
+            job_finish(job=job, status=JobStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
+            raise
+    job_finish(job=job, status=JobStatus.SUCCEEDED, result=result)
+    return {"status": "succeeded"}
 
 
 def job_cancel_requested(*, job: Job) -> bool:

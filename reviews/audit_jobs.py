@@ -11,34 +11,23 @@ a redelivered, resumed or restarted audit audits only what has no verdict yet, a
 had already paid for comes back from the cache."""
 
 import asyncio
-import os
 import random
-import socket
-import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from celery import shared_task
 from celery.signals import worker_ready
-from django.conf import settings as django_settings
 from django.db import transaction
 
 from graders.engine.audit import AuditVerdict as Verdict
 from graders.engine.audit import audit_criterion
 from graders.engine.judge import Budget, BudgetExhausted, JudgeClient, JudgeSettings, Usage
 from graders.engine.programs import DocumentInput, TaskInput
-from graders.grading import BUDGET_SPENT, run_budget
+from graders.grading import run_budget
 from graders.judge_cache import DatabaseJudgeCache
 from graders.services import endpoint_settings
-from labeling.jobs import (
-    JobCancelled,
-    JobHeartbeat,
-    LeaseLost,
-    job_finish,
-    job_lease_take,
-    job_progress,
-)
+from labeling.jobs import BudgetSpent, JobHeartbeat, job_progress, job_run_leased
 from labeling.models import Job, JobStatus, RubricItem, Task
 from reviews.models import AuditRun, AuditVerdict
 
@@ -150,9 +139,10 @@ def _usage_add(run: AuditRun, usage: Usage) -> None:
     run.usage = totals
 
 
-def audit_pass(run: AuditRun, job: Job, heartbeat: JobHeartbeat) -> bool:
-    """Audit what has no verdict yet, chunk by chunk, storing each chunk as it lands. Returns
-    whether the budget ran out. Raises JobCancelled or LeaseLost between chunks."""
+def audit_pass(run: AuditRun, job: Job, heartbeat: JobHeartbeat) -> dict[str, Any]:
+    """Audit what has no verdict yet, chunk by chunk, storing each chunk as it lands; returns
+    the job's result. Raises JobCancelled or LeaseLost between chunks, BudgetSpent when the
+    budget runs out."""
     settings = endpoint_settings(run.endpoint)
     cache = DatabaseJudgeCache(settings.model)
     budget = run_budget(run.max_calls, run.max_cost, run.usage)
@@ -168,43 +158,23 @@ def audit_pass(run: AuditRun, job: Job, heartbeat: JobHeartbeat) -> bool:
         _usage_add(run, chunk.usage)
         done = AuditVerdict.objects.filter(run=run).count()
         if chunk.budget_spent:
-            return True
+            raise BudgetSpent
     job_progress(job=job, stage="Done", done=done, total=total)
-    return False
+    verdicts = AuditVerdict.objects.filter(run=run)
+    return {"criteria": verdicts.count(), "failed": verdicts.exclude(error="").count()}
 
 
 def audit_run_execute(*, run_id: int) -> dict[str, Any]:
-    """Run or resume an audit. Safe to call any number of times: a call that finds another
-    worker's fresh lease looks again after a lease period; one that finds the audit over does
-    nothing."""
+    """Run or resume an audit (labeling.jobs.job_run_leased: safe to call any number of
+    times)."""
     run = AuditRun.objects.select_related("endpoint").get(pk=run_id)
-    owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    job = job_lease_take(job_id=run.job_id, owner=owner)
-    if job is None:
-        if Job.objects.filter(pk=run.job_id, status__in=Job.ACTIVE).exists():
-            countdown = django_settings.JOB_LEASE_SECONDS
-            audit_run_task.apply_async((run_id,), countdown=countdown)
-            return {"audit": run_id, "status": "busy"}
-        return {"audit": run_id, "skipped": True}
-    with JobHeartbeat(job, owner) as heartbeat:
-        try:
-            budget_spent = audit_pass(run, job, heartbeat)
-        except LeaseLost:
-            return {"audit": run_id, "status": "lost"}
-        except JobCancelled:
-            error = "Cancelled; the verdicts so far are kept. Resume to go on."
-            job_finish(job=job, status=JobStatus.CANCELLED, error=error)
-            return {"audit": run_id, "status": "cancelled"}
-        except Exception as exc:
-            job_finish(job=job, status=JobStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
-            raise
-    if budget_spent:
-        job_finish(job=job, status=JobStatus.FAILED, error=BUDGET_SPENT)
-        return {"audit": run_id, "status": "budget"}
-    verdicts = AuditVerdict.objects.filter(run=run)
-    result = {"criteria": verdicts.count(), "failed": verdicts.exclude(error="").count()}
-    job_finish(job=job, status=JobStatus.SUCCEEDED, result=result)
-    return {"audit": run_id, "status": "succeeded"}
+    outcome = job_run_leased(
+        job_id=run.job_id,
+        work=lambda job, heartbeat: audit_pass(run, job, heartbeat),
+        resend=lambda countdown: audit_run_task.apply_async((run_id,), countdown=countdown),
+        cancelled="Cancelled; the verdicts so far are kept. Resume to go on.",
+    )
+    return {"audit": run_id, **outcome}
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True)
