@@ -269,13 +269,16 @@ class _SearchPass:
         """Report task gradings done of those planned, and stop on cancel or a lost lease."""
         self.heartbeat.check()
         search = self.search
-        proposed_rounds = Candidate.objects.filter(search=search).values("iteration").distinct()
-        planned = Candidate.objects.filter(search=search).exclude(
-            status=CandidateStatus.REJECTED
-        ).count() + sum(
+        # One query for the rounds proposed so far and their candidates that will be graded.
+        proposed: dict[int, int] = {}
+        for iteration, status in Candidate.objects.filter(search=search).values_list(
+            "iteration", "status"
+        ):
+            proposed[iteration] = proposed.get(iteration, 0) + (status != CandidateStatus.REJECTED)
+        planned = sum(proposed.values()) + sum(
             search.n + 1 if i == 0 else search.k
             for i in range(1 + search.iterations)
-            if not proposed_rounds.filter(iteration=i).exists()
+            if i not in proposed
         )
         eval_runs = GradingRun.objects.filter(search=search, split=Split.EVAL).count()
         total = planned * len(self.selection_tasks) + max(1, eval_runs) * len(self.eval_tasks)
