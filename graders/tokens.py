@@ -24,6 +24,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.core.cache import cache
+from django.db import connection
 from django.db.models import Q
 from django.http import Http404
 from django.utils import timezone
@@ -34,6 +35,7 @@ from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 
 from graders.models import ApiToken, TokenScope
+from graders.sql_rows import Columns
 from labeling.models import Project
 
 TOKEN_PREFIX = "wbt"
@@ -108,12 +110,33 @@ def token_revoke(*, token: ApiToken) -> ApiToken:
 def token_authenticate(*, raw: str) -> ApiToken:
     """The active token `raw` stands for, with its project; TokenInvalid otherwise."""
     prefix = token_parse(raw)
-    token = ApiToken.objects.select_related("project").filter(secret_hash=token_hash(raw)).first()
+    token = _token_by_hash(token_hash(raw))
     if token is None or token.prefix != prefix:
         raise TokenInvalid("Invalid token.")
     if token.revoked_at is not None:
         raise TokenInvalid("This token was revoked.")
     _last_used_touch(token)
+    return token
+
+
+_TOKEN, _PROJECT = Columns(ApiToken, "t"), Columns(Project, "p")
+
+
+def _token_by_hash(digest: str) -> ApiToken | None:
+    """The token with this hash and its project, in one hand-written query: every reward
+    request reads it, and the ORM's form of it (select_related) cost 1.3 ms of CPU to 0.3
+    for this (graders/sql_rows.py)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {_TOKEN.sql}, {_PROJECT.sql} FROM {ApiToken._meta.db_table} t"
+            f" JOIN {Project._meta.db_table} p ON p.id = t.project_id WHERE t.secret_hash = %s",
+            [digest],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    token = _TOKEN.build(row)
+    token.project = _PROJECT.build(row, len(_TOKEN))
     return token
 
 

@@ -414,13 +414,13 @@ def test_a_reward_request_makes_seven_queries_and_parses_the_program_once(
 ) -> None:
     """Token, grader (without its program once parsed), task with its documents, judge
     endpoint, one judge-cache lookup for the whole group, the cache insert, the usage count."""
-    import graders.reward_api as reward_api
+    import graders.reward_grading as reward_grading
 
     url = reward_url(scalar)
     first = post(client, url, {"task_id": "t0", "responses": group("t0")}, bearer(token))
     assert first.status_code == 200
     parses: list[Any] = []
-    monkeypatch.setattr(reward_api, "program_validate", lambda data: parses.append(data))
+    monkeypatch.setattr(reward_grading, "program_validate", lambda data: parses.append(data))
     fresh = [{"id": f"n{n}", "content": f"GOOD fresh answer {n}"} for n in range(4)]
     with django_assert_num_queries(7):
         again = post(client, url, {"task_id": "t0", "responses": fresh}, bearer(token))
@@ -433,7 +433,7 @@ def test_the_judge_endpoint_is_the_latest_runs_else_the_projects_default(
     reward_project: Project, scalar: Metagrader, judge: JudgeEndpoint, admin_user: Any
 ) -> None:
     from graders.bundles import endpoint_for
-    from graders.reward_api import _endpoint_for
+    from graders.reward_grading import _endpoint_for
 
     assert _endpoint_for(scalar) == endpoint_for(scalar) == judge
     other = JudgeEndpoint.objects.create(
@@ -451,7 +451,7 @@ def test_the_judge_endpoint_is_the_latest_runs_else_the_projects_default(
 def test_stored_tasks_keep_their_documents_in_order_and_may_have_none(
     reward_project: Project, scalar: Metagrader
 ) -> None:
-    from graders.reward_api import _tasks_known
+    from graders.reward_grading import _tasks_known
     from labeling.models import Document
 
     t1 = Task.objects.get(project=reward_project, external_id="t1")
