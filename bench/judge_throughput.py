@@ -73,7 +73,7 @@ class JudgeServerProcess:
 
 def serve(latency_s: float, control: Connection) -> None:
     """Child process: serve until told to stop, answering each "stats" message."""
-    with FakeJudgeServer(latency_s=latency_s) as server:
+    with FakeJudgeServer(latency_s=latency_s, keep_requests=False) as server:
         control.send(server.base_url)
         while control.recv() == "stats":
             control.send({"calls": server.call_count, "max_in_flight": server.max_in_flight})

@@ -17,16 +17,15 @@ import threading
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
-import httpx
 from django.db import connection
 from django.utils import timezone
-from httpx_aiohttp import AiohttpTransport
 from rest_framework import serializers, status
 from rest_framework.exceptions import APIException
 
 from graders.bundles import JUDGE_FIELDS
 from graders.engine.bundle import load_bundle_parsed
 from graders.engine.judge import MissingApiKey
+from graders.engine.judge_http import JudgeTransport, ssl_context
 from graders.engine.programs import (
     DocumentInput,
     Program,
@@ -80,20 +79,6 @@ class GraderConflict(APIException):
     default_code = "grader_not_runnable"
 
 
-class KeptTransport(httpx.AsyncBaseTransport):
-    """A judge connection pool shared by every request of the process: closing a request's
-    client must leave it open."""
-
-    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
-        self.inner = inner
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        return await self.inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        pass
-
-
 class JudgeLoop:
     """The event loop every reward request of this process grades on, in a daemon thread,
     with one keep-alive connection pool per judge endpoint.
@@ -109,7 +94,7 @@ class JudgeLoop:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
-        self.transports: dict[tuple[str, int], KeptTransport] = {}
+        self.transports: dict[tuple[str, int], JudgeTransport] = {}
         threading.Thread(
             target=self.loop.run_forever, name="reward-judge-loop", daemon=True
         ).start()
@@ -121,14 +106,14 @@ class JudgeLoop:
                 cls._current = cls()
             return cls._current
 
-    def transport(self, base_url: str, max_concurrency: int) -> KeptTransport:
+    def transport(self, base_url: str, max_concurrency: int) -> JudgeTransport:
+        """The pool for this endpoint; judge clients leave a transport they were given open."""
         with self._lock:
             key = (base_url, max_concurrency)
             if key not in self.transports:
-                limits = httpx.Limits(
-                    max_connections=max_concurrency, max_keepalive_connections=max_concurrency
+                self.transports[key] = JudgeTransport(
+                    max_connections=max_concurrency, ssl_context=ssl_context()
                 )
-                self.transports[key] = KeptTransport(AiohttpTransport(limits=limits))
             return self.transports[key]
 
 

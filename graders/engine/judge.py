@@ -22,7 +22,6 @@ import logging
 import math
 import os
 import random
-import ssl
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -32,9 +31,9 @@ from types import TracebackType
 from typing import Any, Literal, Protocol, Self
 
 import httpx
-from httpx_aiohttp import AiohttpTransport
 
 from graders.engine.jsonout import OutputInvalid, extract_json_object, validate, wire_schema
+from graders.engine.judge_http import HttpReply, JudgeTransport, client_timeout, ssl_context
 
 ResponseFormat = Literal["json_schema", "json_object", "none"]
 Message = dict[str, str]
@@ -269,18 +268,25 @@ class JudgeClient:
         self._lookups: dict[str, asyncio.Future[dict[str, Any] | None]] = {}
         # An absolute URL built once: httpx re-parses a relative one against base_url per call.
         self._url = httpx.URL(settings.base_url.rstrip("/") + "/chat/completions")
-        self._transport = transport or _default_transport(settings.max_concurrency)
-        self._http = httpx.AsyncClient(
-            headers=_auth_headers(settings.api_key_env),
-            timeout=httpx.Timeout(settings.timeout_s),
-            transport=self._transport,
+        self._url_text = str(self._url)
+        # A transport passed in is the caller's, who may share it between clients.
+        self._owns_transport = transport is None
+        self._transport = transport or JudgeTransport(
+            max_connections=settings.max_concurrency, ssl_context=ssl_context()
         )
-        # What AsyncClient.post would send, worked out once: its headers (defaults and key) and
-        # timeouts. Requests go straight to the transport (see _post): the client's per-call
-        # cookie, auth and redirect handling cost more CPU than the rest of a call, and a judge
-        # API needs none of them.
-        self._headers = self._http.headers.raw
-        self._timeout = self._http.timeout.as_dict()
+        # What AsyncClient.post would send, worked out once: its headers (httpx's defaults and
+        # the key) and timeouts. Requests go straight to the transport (see _post): the
+        # client's per-call cookie, auth and redirect handling cost more CPU than the rest of
+        # a call, and a judge API needs none of them.
+        self._headers = _client_headers(_authorization(settings.api_key_env))
+        self._timeout = httpx.Timeout(settings.timeout_s).as_dict()
+        self._client_timeout = client_timeout(self._timeout)
+        # The same headers as httpx-aiohttp hands them to aiohttp, around each call's length.
+        template = httpx.Request("POST", self._url, headers=self._headers, content=b"{}")
+        template.headers["Content-Type"] = "application/json"
+        pairs = list(template.headers.items())
+        at = [name for name, _ in pairs].index("content-length")
+        self._headers_around = (pairs[:at], pairs[at + 1 :])
 
     async def __aenter__(self) -> Self:
         return self
@@ -294,7 +300,8 @@ class JudgeClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        if self._owns_transport:
+            await self._transport.aclose()
 
     async def complete(self, request: ChatRequest) -> ChatResult:
         """Answer from the cache when the call is deterministic, else call the judge.
@@ -408,9 +415,14 @@ class JudgeClient:
         result.latency_s = latency_s
         return result
 
-    async def _post(self, body: bytes) -> httpx.Response:
-        """What `self._http.post(url, json=payload)` sends and returns, byte for byte (the
-        same headers in the same order, the same body), without the client's per-call work."""
+    async def _post(self, body: bytes) -> HttpReply:
+        """What AsyncClient.post(url, json=payload) over httpx-aiohttp sends, byte for byte (the
+        same headers in the same order, the same body), without the client's per-call work;
+        through JudgeTransport.post when the transport is one (graders/engine/judge_http.py)."""
+        if isinstance(self._transport, JudgeTransport):
+            before, after = self._headers_around
+            headers = [*before, ("content-length", str(len(body))), *after]
+            return await self._transport.post(self._url_text, headers, body, self._client_timeout)
         request = httpx.Request(
             "POST", self._url, headers=self._headers, content=body,
             extensions={"timeout": self._timeout},
@@ -425,7 +437,7 @@ class JudgeClient:
             raise
         return response
 
-    async def _post_with_retries(self, body: bytes, name: str) -> httpx.Response:
+    async def _post_with_retries(self, body: bytes, name: str) -> HttpReply:
         """POST until a 200, a failure not worth retrying, or max_retries retries."""
         retries = 0
         while True:
@@ -488,28 +500,21 @@ def retry_after_seconds(value: str | None, now: datetime | None = None) -> float
     return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
-def _auth_headers(api_key_env: str | None) -> dict[str, str]:
+def _authorization(api_key_env: str | None) -> str | None:
     if api_key_env is None:
-        return {}
+        return None
     key = os.environ.get(api_key_env)
     if not key:
         raise MissingApiKey(f"the judge API key variable {api_key_env} is not set or is empty")
-    return {"Authorization": f"Bearer {key}"}
-
-
-def _default_transport(max_concurrency: int) -> httpx.AsyncBaseTransport:
-    # One connection per call in flight: the semaphore, not the pool, is what makes calls wait.
-    limits = httpx.Limits(
-        max_connections=max_concurrency, max_keepalive_connections=max_concurrency
-    )
-    return AiohttpTransport(verify=_ssl_context(), limits=limits)
+    return f"Bearer {key}"
 
 
 @functools.cache
-def _ssl_context() -> ssl.SSLContext:
-    """One context per process: loading the CA bundle costs about 50 ms of CPU, which a worker
-    building a client per task would otherwise pay every time."""
-    return httpx.create_ssl_context()
+def _client_headers(authorization: str | None) -> tuple[tuple[bytes, bytes], ...]:
+    """httpx.AsyncClient's default headers, and the key's, in the order it sends them; worked
+    out once per key, as building a client costs about 0.2 ms of CPU."""
+    with httpx.Client(headers={"Authorization": authorization} if authorization else {}) as client:
+        return tuple(client.headers.raw)
 
 
 def _payload(settings: JudgeSettings, request: ChatRequest) -> dict[str, Any]:
@@ -564,7 +569,7 @@ def _wire_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return wire
 
 
-def _error_body(response: httpx.Response) -> dict[str, Any]:
+def _error_body(response: HttpReply) -> dict[str, Any]:
     """The OpenAI-style {"error": {...}} object, or {} when the body has none."""
     try:
         body = response.json()
@@ -574,13 +579,13 @@ def _error_body(response: httpx.Response) -> dict[str, Any]:
     return error if isinstance(error, dict) else {}
 
 
-def _http_problem(response: httpx.Response) -> str:
+def _http_problem(response: HttpReply) -> str:
     error = _error_body(response)
     message = error.get("message") or response.text[:200] or response.reason_phrase
     return f"HTTP {response.status_code}: {message}"
 
 
-def _is_retryable(response: httpx.Response) -> bool:
+def _is_retryable(response: HttpReply) -> bool:
     """429 and 5xx are transient, except a 429 saying the account is out of quota or credit,
     which no amount of waiting fixes.
 
@@ -600,7 +605,7 @@ def _is_retryable(response: httpx.Response) -> bool:
     return not any(word in message for word in _QUOTA_WORDS)
 
 
-def _read_completion(response: httpx.Response) -> tuple[str | None, int, int]:
+def _read_completion(response: HttpReply) -> tuple[str | None, int, int]:
     """Content and token counts of a chat completion; raises _CallFailed if it is not one."""
     try:
         body = response.json()

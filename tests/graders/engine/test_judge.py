@@ -592,6 +592,68 @@ def test_requests_are_byte_for_byte_what_httpx_asyncclient_post_sends(
     assert ours.extensions["timeout"] == expected.extensions["timeout"]
 
 
+async def _wire_bytes(*senders: Any) -> list[bytes]:
+    """The bytes each `send(base_url)` puts on the wire, against one server on loopback (so
+    the Host header is the same for all), which keeps each request as read, answers it with
+    one chat completion and closes the connection."""
+    received: list[bytes] = []
+    content = json.dumps({"score": 1})
+    answer = json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]})
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        received.append(head + await reader.readexactly(length))
+        writer.write(
+            f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(answer)}\r\nConnection: close\r\n\r\n{answer}".encode()
+        )
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    base_url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+    async with server:
+        for send in senders:
+            await send(base_url)
+    return received
+
+
+def test_the_direct_path_sends_what_httpx_over_httpx_aiohttp_sends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The default transport's direct path (graders/engine/judge_http.py) skips httpx's
+    objects; the bytes on the wire must stay those AsyncClient.post(url, json=payload) sends
+    over httpx-aiohttp, request line, headers and body, or judges' caches would miss."""
+    from httpx_aiohttp import AiohttpTransport
+
+    monkeypatch.setenv("JUDGE_KEY_WIRE", "sk-wire")
+    request = grade('Süß <<<not a fence>>> \u2028 "quoted"')
+
+    def settings_at(base_url: str) -> JudgeSettings:
+        return JudgeSettings(base_url=base_url, model="m", api_key_env="JUDGE_KEY_WIRE", seed=7)
+
+    async def ours(base_url: str) -> None:
+        async with JudgeClient(settings_at(base_url)) as client:
+            assert (await client.complete(request)).parsed == {"score": 1}
+
+    async def reference(base_url: str) -> None:
+        async with httpx.AsyncClient(
+            headers={"Authorization": "Bearer sk-wire"}, transport=AiohttpTransport()
+        ) as client:
+            payload = _payload(settings_at(base_url), request)
+            await client.post(f"{base_url}/chat/completions", json=payload)
+
+    sent, expected = asyncio.run(_wire_bytes(ours, reference))
+    assert sent.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n")
+    assert b"Bearer sk-wire" in sent and "Süß".encode() in sent
+    assert sent == expected
+
+
 def test_a_batch_cache_answers_a_group_of_lookups_with_one_get_many(
     fake_judge: FakeJudgeServer,
 ) -> None:
@@ -613,3 +675,23 @@ def test_a_batch_cache_answers_a_group_of_lookups_with_one_get_many(
     assert [len(batch) for batch in cache.batches] == [6, 6]
     assert (usage.calls, usage.cache_hits, fake_judge.call_count) == (0, 6, 6)
     assert [r.parsed for r in again] == [r.parsed for r in first]
+
+
+def test_the_judge_transport_also_serves_httpx_clients(fake_judge: FakeJudgeServer) -> None:
+    """JudgeTransport is a whole httpx transport: a plain AsyncClient on it gets the
+    judge's answer, status and headers."""
+    from graders.engine.judge_http import JudgeTransport, ssl_context
+
+    async def ask() -> httpx.Response:
+        transport = JudgeTransport(max_connections=2, ssl_context=ssl_context())
+        async with httpx.AsyncClient(transport=transport) as client:
+            return await client.post(
+                f"{fake_judge.base_url}/chat/completions",
+                json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+            )
+
+    response = asyncio.run(ask())
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    assert response.json()["choices"][0]["message"]["content"] == '{"score": 1.0}'
+    assert fake_judge.requests[-1].body["messages"] == [{"role": "user", "content": "hi"}]
