@@ -84,16 +84,23 @@ class JudgeTransport(httpx.AsyncBaseTransport):
         return self._session
 
     async def post(
-        self, url: str, headers: HeaderPairs, body: bytes, timeout: aiohttp.ClientTimeout
+        self,
+        url: str,
+        headers: HeaderPairs,
+        body: bytes,
+        timeout: aiohttp.ClientTimeout,
+        *,
+        decompress: bool = True,
     ) -> Reply:
-        """POST `body` with exactly these headers; the whole answer, read."""
+        """POST `body` with exactly these headers; the whole answer, read, and decoded as its
+        Content-Encoding says unless `decompress` is off (httpx decodes for itself)."""
         with map_aiohttp_exceptions():
             async with self._client().post(
                 url,
                 data=body,
                 headers=headers,
                 allow_redirects=False,
-                auto_decompress=False,
+                auto_decompress=decompress,
                 compress=False,
                 timeout=timeout,
             ) as response:
@@ -106,6 +113,7 @@ class JudgeTransport(httpx.AsyncBaseTransport):
             list(request.headers.items()),  # as httpx-aiohttp hands them to aiohttp
             await request.aread(),
             client_timeout(request.extensions.get("timeout", {})),
+            decompress=False,
         )
         return httpx.Response(
             reply.status_code,

@@ -4,6 +4,7 @@ where only the request body or the response shape matters). No Django, no databa
 The `fake_judge` fixture comes from tests/fakes/openai_server.py via tests/conftest.py."""
 
 import asyncio
+import gzip
 import json
 import time
 from collections.abc import Sequence
@@ -592,13 +593,17 @@ def test_requests_are_byte_for_byte_what_httpx_asyncclient_post_sends(
     assert ours.extensions["timeout"] == expected.extensions["timeout"]
 
 
-async def _wire_bytes(*senders: Any) -> list[bytes]:
+async def _wire_bytes(*senders: Any, gzip_answer: bool = False) -> list[bytes]:
     """The bytes each `send(base_url)` puts on the wire, against one server on loopback (so
     the Host header is the same for all), which keeps each request as read, answers it with
-    one chat completion and closes the connection."""
+    one chat completion (gzip-encoded if asked) and closes the connection."""
     received: list[bytes] = []
     content = json.dumps({"score": 1})
-    answer = json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]})
+    completion = {"choices": [{"message": {"role": "assistant", "content": content}}]}
+    answer = json.dumps(completion).encode()
+    extra = ""
+    if gzip_answer:
+        answer, extra = gzip.compress(answer), "Content-Encoding: gzip\r\n"
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await reader.readuntil(b"\r\n\r\n")
@@ -609,8 +614,9 @@ async def _wire_bytes(*senders: Any) -> list[bytes]:
         )
         received.append(head + await reader.readexactly(length))
         writer.write(
-            f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(answer)}\r\nConnection: close\r\n\r\n{answer}".encode()
+            f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n{extra}"
+            f"Content-Length: {len(answer)}\r\nConnection: close\r\n\r\n".encode()
+            + answer
         )
         await writer.drain()
         writer.close()
@@ -652,6 +658,27 @@ def test_the_direct_path_sends_what_httpx_over_httpx_aiohttp_sends(
     assert sent.startswith(b"POST /v1/chat/completions HTTP/1.1\r\n")
     assert b"Bearer sk-wire" in sent and "Süß".encode() in sent
     assert sent == expected
+
+
+def test_compressed_answers_are_decoded_on_both_paths() -> None:
+    """Providers may gzip their answers (the client accepts gzip, as httpx does): the
+    client's direct path and an httpx client on the same transport both read the JSON."""
+    from graders.engine.judge_http import JudgeTransport, ssl_context
+
+    parsed: list[Any] = []
+
+    async def direct(base_url: str) -> None:
+        async with JudgeClient(settings_for(base_url)) as client:
+            parsed.append((await client.complete(grade("a"))).parsed)
+
+    async def through_httpx(base_url: str) -> None:
+        transport = JudgeTransport(max_connections=1, ssl_context=ssl_context())
+        async with httpx.AsyncClient(transport=transport) as client:
+            response = await client.post(f"{base_url}/chat/completions", json={})
+            parsed.append(json.loads(response.json()["choices"][0]["message"]["content"]))
+
+    asyncio.run(_wire_bytes(direct, through_httpx, gzip_answer=True))
+    assert parsed == [{"score": 1}, {"score": 1}]
 
 
 def test_a_batch_cache_answers_a_group_of_lookups_with_one_get_many(
