@@ -463,3 +463,77 @@ def test_stored_tasks_keep_their_documents_in_order_and_may_have_none(
     assert [d.id for d in tasks["t1"].documents] == ["annex", "spa"]
     assert tasks["t1"].prompt == "Review contract 1"
     assert tasks["t2"].documents == ()
+
+
+# What is written once the answer is sent ---------------------------------------------------
+
+
+def test_answers_and_usage_are_stored_in_chunks_and_counted_by_upsert(
+    client: Client, scalar: Metagrader, token: str, monkeypatch: Any
+) -> None:
+    """Eight new answers stored three to an INSERT, then the same eight again (conflicts left
+    alone, no judge call); the usage row made by the first request and added to by the next."""
+    import graders.reward_grading as reward_grading
+    from graders.models import JudgeCall
+
+    monkeypatch.setattr(reward_grading, "FLUSH_ROWS", 3)
+    fresh = [{"id": f"n{n}", "content": f"GOOD answer number {n}"} for n in range(8)]
+    before = JudgeCall.objects.count()
+    for _ in range(2):
+        answer = post(client, reward_url(scalar), {"task_id": "t0", "responses": fresh},
+                      bearer(token))  # fmt: skip
+        assert answer.json()["rewards"] == [0.9] * 8
+    assert JudgeCall.objects.count() == before + 8
+    stored = JudgeCall.objects.order_by("-id").first()
+    assert stored is not None and json.loads(stored.result["text"]) == {"score": 0.9}
+    usage = RewardUsage.objects.get(metagrader=scalar)
+    assert (usage.requests, usage.responses) == (2, 16)
+    assert usage.first_at <= usage.last_at
+
+
+def test_a_failure_after_the_answer_is_sent_is_logged_and_the_answer_stands(
+    client: Client, scalar: Metagrader, token: str, monkeypatch: Any, caplog: Any
+) -> None:
+    import graders.reward_api as reward_api
+
+    def broken(**kwargs: Any) -> None:
+        raise RuntimeError("database went away")
+
+    monkeypatch.setattr(reward_api, "reward_record", broken)
+    answer = post(client, reward_url(scalar), {"task_id": "t0", "responses": group("t0")},
+                  bearer(token))  # fmt: skip
+    assert answer.status_code == 200 and answer.json()["rewards"] == [0.9, 0.5, 0.1]
+    assert "storing a reward request's judge answers and usage failed" in caplog.text
+    assert "database went away" in caplog.text
+    assert not RewardUsage.objects.exists()
+
+
+def test_hand_written_reads_build_what_the_orm_builds(
+    reward_project: Project, scalar: Metagrader, token: str
+) -> None:
+    """Columns (graders/sql_rows.py) applies the database's converters: datetimes and JSON
+    come back as the ORM gives them, on SQLite and PostgreSQL alike; deferred fields load on
+    first access."""
+    from django.utils import timezone
+
+    from graders.reward_grading import _endpoint_for
+    from graders.tokens import token_authenticate
+
+    ApiToken.objects.update(last_used_at=timezone.now())
+    ours = token_authenticate(raw=token)
+    orm = ApiToken.objects.select_related("project").get(pk=ours.pk)
+    for field in ApiToken._meta.concrete_fields:
+        assert getattr(ours, field.attname) == getattr(orm, field.attname), field.name
+    assert ours.scopes == ["reward"] and ours.last_used_at is not None
+    assert ours.project.slug == orm.project.slug == "acme"
+    endpoint = _endpoint_for(scalar)
+    assert endpoint is not None
+    reference = JudgeEndpoint.objects.get(pk=endpoint.pk)
+    for field in JudgeEndpoint._meta.concrete_fields:
+        assert getattr(endpoint, field.attname) == getattr(reference, field.attname), field.name
+    from graders.reward_api import _grader_by_id
+
+    grader = _grader_by_id(ours, scalar.pk)
+    assert "program" in grader.get_deferred_fields()
+    assert (grader.name, grader.content_hash) == (scalar.name, scalar.content_hash)
+    assert grader.program == scalar.program  # loaded on first access
