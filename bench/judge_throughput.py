@@ -65,6 +65,12 @@ class JudgeServerProcess:
         self._control.send("stop")
         self._process.join(timeout=10)
 
+    @property
+    def pid(self) -> int:
+        pid = self._process.pid
+        assert pid is not None, "not started"
+        return pid
+
     def stats(self) -> dict[str, int]:
         self._control.send("stats")
         stats: dict[str, int] = self._control.recv()

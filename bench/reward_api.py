@@ -12,7 +12,9 @@ so a server that falls behind is charged for the queue it builds. Each request c
 `responses` responses never seen before (no judge cache hit) to a stored task, graded by a
 scalar grader whose calls run concurrently: one judge round per request. Overhead = latency -
 the judge's latency. Prints p50 and p99 overhead, throughput, and the ratio of p99 overhead to
-the 25 ms target (at most 1 passes).
+the 25 ms target (at most 1 passes); on Linux also the CPU the server, PostgreSQL, the fake
+judge and this client spent per request, and the host's steal share, which on a shared machine
+move the percentiles as much as our code does.
 """
 
 import argparse
@@ -31,6 +33,8 @@ import aiohttp
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench import cpu_meter  # noqa: E402
+from bench.cpu_meter import CpuMeter  # noqa: E402
 from bench.database import bench_database_fresh, bench_environment  # noqa: E402
 from bench.judge_throughput import JudgeServerProcess  # noqa: E402
 
@@ -193,9 +197,18 @@ def main() -> None:
                 raise SystemExit(f"warm-up requests failed: statuses {sorted(set(warm))}")
             calls_before = judge.stats()["calls"]
             count = round(args.rate * args.seconds)
+            meter = CpuMeter() if cpu_meter.available() else None
+            if meter is not None:
+                meter.start({
+                    "server": [server.pid, *cpu_meter.children(server.pid)],
+                    "PostgreSQL": cpu_meter.named("postgres") if vendor == "postgresql" else [],
+                    "fake judge": [judge.pid],
+                    "bench client": [os.getpid()],
+                })  # fmt: skip
             latencies, statuses, elapsed = asyncio.run(
                 load(url, target, rate=args.rate, count=count, responses=args.responses, first=0)
             )
+            usage = meter.stop() if meter is not None else None
             judge_stats = judge.stats()
         finally:
             server.terminate()
@@ -232,6 +245,12 @@ def main() -> None:
           f"(offered {args.rate:g}/s)")  # fmt: skip
     print(f"ratio:      p99 overhead / {TARGET_P99_OVERHEAD_MS:g} ms = "
           f"{p99 / TARGET_P99_OVERHEAD_MS:.2f} (target <= 1)")  # fmt: skip
+    if usage is not None:
+        spent, steal = usage
+        shares = ", ".join(
+            f"{name} {seconds / count * 1000:.1f} ms" for name, seconds in spent.items()
+        )
+        print(f"cpu:        per request: {shares}; host steal {steal:.1%}")
     if failed:
         raise SystemExit(
             f"{failed} requests failed: statuses {sorted(set(statuses))}; server log: {log}"
