@@ -265,7 +265,7 @@ class JudgeClient:
         self._semaphore = asyncio.Semaphore(settings.max_concurrency)
         self._in_flight: dict[str, asyncio.Future[None]] = {}
         # Lookups waiting for the next batched get_many (see _cache_lookup).
-        self._lookups: dict[str, asyncio.Future[dict[str, Any] | None]] = {}
+        self._lookups: dict[str, list[asyncio.Future[dict[str, Any] | None]]] = {}
         # An absolute URL built once: httpx re-parses a relative one against base_url per call.
         self._url = httpx.URL(settings.base_url.rstrip("/") + "/chat/completions")
         self._url_text = str(self._url)
@@ -278,15 +278,11 @@ class JudgeClient:
         # the key) and timeouts. Requests go straight to the transport (see _post): the
         # client's per-call cookie, auth and redirect handling cost more CPU than the rest of
         # a call, and a judge API needs none of them.
-        self._headers = _client_headers(_authorization(settings.api_key_env))
+        authorization = _authorization(settings.api_key_env)
+        self._headers = _client_headers(authorization)
+        self._headers_around = _post_headers(self._url_text, authorization)
         self._timeout = httpx.Timeout(settings.timeout_s).as_dict()
         self._client_timeout = client_timeout(self._timeout)
-        # The same headers as httpx-aiohttp hands them to aiohttp, around each call's length.
-        template = httpx.Request("POST", self._url, headers=self._headers, content=b"{}")
-        template.headers["Content-Type"] = "application/json"
-        pairs = list(template.headers.items())
-        at = [name for name, _ in pairs].index("content-length")
-        self._headers_around = (pairs[:at], pairs[at + 1 :])
 
     async def __aenter__(self) -> Self:
         return self
@@ -327,13 +323,14 @@ class JudgeClient:
         get_many = getattr(cache, "get_many", None)
         if get_many is None:
             return cache.get(key)
-        pending = self._lookups.get(key)
-        if pending is None:
-            if not self._lookups:
-                asyncio.get_running_loop().call_soon(self._lookups_answer, get_many)
-            pending = asyncio.get_running_loop().create_future()
-            self._lookups[key] = pending
-        return await asyncio.shield(pending)
+        loop = asyncio.get_running_loop()
+        if not self._lookups:
+            loop.call_soon(self._lookups_answer, get_many)
+        # A future per caller, not per key: a caller cancelled while it waits takes only its
+        # own future with it (a shared one would need asyncio.shield, a task per lookup).
+        answer: asyncio.Future[dict[str, Any] | None] = loop.create_future()
+        self._lookups.setdefault(key, []).append(answer)
+        return await answer
 
     def _lookups_answer(
         self, get_many: Callable[[Sequence[str]], Mapping[str, dict[str, Any]]]
@@ -342,11 +339,15 @@ class JudgeClient:
         try:
             found = get_many(list(lookups))
         except BaseException as exc:
-            for future in lookups.values():
-                future.set_exception(exc)
+            for futures in lookups.values():
+                for future in futures:
+                    if not future.done():
+                        future.set_exception(exc)
             return
-        for key, future in lookups.items():
-            future.set_result(found.get(key))
+        for key, futures in lookups.items():
+            for future in futures:
+                if not future.done():  # its caller was cancelled meanwhile
+                    future.set_result(found.get(key))
 
     async def _call_once(
         self, request: ChatRequest, key: str, cache: JudgeCache | None
@@ -515,6 +516,19 @@ def _client_headers(authorization: str | None) -> tuple[tuple[bytes, bytes], ...
     out once per key, as building a client costs about 0.2 ms of CPU."""
     with httpx.Client(headers={"Authorization": authorization} if authorization else {}) as client:
         return tuple(client.headers.raw)
+
+
+@functools.lru_cache(maxsize=64)
+def _post_headers(
+    url: str, authorization: str | None
+) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
+    """The headers of a POST of JSON to `url`, as httpx-aiohttp hands them to aiohttp: those
+    before the Content-Length and those after it (each call puts its own length between)."""
+    template = httpx.Request("POST", url, headers=_client_headers(authorization), content=b"{}")
+    template.headers["Content-Type"] = "application/json"
+    pairs = list(template.headers.items())
+    at = [name for name, _ in pairs].index("content-length")
+    return tuple(pairs[:at]), tuple(pairs[at + 1 :])
 
 
 def _payload(settings: JudgeSettings, request: ChatRequest) -> dict[str, Any]:

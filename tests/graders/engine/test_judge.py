@@ -704,6 +704,27 @@ def test_a_batch_cache_answers_a_group_of_lookups_with_one_get_many(
     assert [r.parsed for r in again] == [r.parsed for r in first]
 
 
+def test_a_lookup_cancelled_while_it_waits_leaves_the_others_of_its_batch_answered() -> None:
+    """Two calls asking for the same key and one for another, in one turn of the loop: the
+    first is cancelled before the batch is answered; the others still get their answers."""
+
+    class BatchCache(MemoryCache):
+        def get_many(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+            return {key: {"text": key} for key in keys}
+
+    async def ask() -> list[Any]:
+        async with JudgeClient(settings_for("http://judge.test/v1")) as client:
+            cache = BatchCache()
+            lookups = [asyncio.ensure_future(client._cache_lookup(cache, key)) for key in "aab"]
+            await asyncio.sleep(0)  # every lookup has joined the batch
+            lookups[0].cancel()
+            return await asyncio.gather(*lookups, return_exceptions=True)
+
+    cancelled, same_key, other_key = asyncio.run(ask())
+    assert isinstance(cancelled, asyncio.CancelledError)
+    assert (same_key, other_key) == ({"text": "a"}, {"text": "b"})
+
+
 def test_the_judge_transport_also_serves_httpx_clients(fake_judge: FakeJudgeServer) -> None:
     """JudgeTransport is a whole httpx transport: a plain AsyncClient on it gets the
     judge's answer, status and headers."""
