@@ -54,6 +54,7 @@ from graders.engine.runtime import GradeResult
 from graders.models import ApiToken, Metagrader, TokenScope
 from graders.reward_grading import (
     OPENRLHF_FAILURE_REWARD,
+    RequestJudgeCache,
     openrlhf_score,
     reward_record,
     reward_score,
@@ -503,28 +504,32 @@ def _reward_respond(request: Request, metagrader: Metagrader) -> Response:
         "rewards": [result.reward for result in results],
         "results": _results_json(results, data.validated_data["detail"]),
     }
-    record = partial(
-        reward_record,
-        answers=answers,
-        metagrader=metagrader,
-        token=request.auth,
-        responses=len(results),
-    )
-    return RecordedResponse(body, record)
+    return _answered(request, metagrader, body, answers, len(results))
 
 
 def _get_reward_respond(request: Request, metagrader: Metagrader) -> Response:
     data = GetRewardIn(data=request.data)
     data.is_valid(raise_exception=True)
     payload, answers = openrlhf_score(metagrader=metagrader, data=data.validated_data)
+    return _answered(request, metagrader, payload, answers, len(payload["rewards"]))
+
+
+def _answered(
+    request: Request,
+    metagrader: Metagrader,
+    body: Any,
+    answers: RequestJudgeCache,
+    responses: int,
+) -> RecordedResponse:
+    """`body`, with the request's judge answers and usage written once it is sent."""
     record = partial(
         reward_record,
         answers=answers,
         metagrader=metagrader,
         token=request.auth,
-        responses=len(payload["rewards"]),
+        responses=responses,
     )
-    return RecordedResponse(payload, record)
+    return RecordedResponse(body, record)
 
 
 ERRORS = {
