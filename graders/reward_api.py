@@ -51,7 +51,7 @@ from rest_framework.utils import json as drf_json
 
 from graders.engine.programs import KINDS
 from graders.engine.runtime import GradeResult
-from graders.models import ApiToken, Metagrader, TokenScope
+from graders.models import ApiToken, GraderSelection, Metagrader, TokenScope
 from graders.reward_grading import (
     OPENRLHF_FAILURE_REWARD,
     RequestJudgeCache,
@@ -59,7 +59,6 @@ from graders.reward_grading import (
     reward_record,
     reward_score,
 )
-from graders.services import grader_selected
 from graders.sql_rows import Columns
 from graders.tokens import ApiTokenAuthentication, TokenRateThrottle, scope_required
 from labeling.records import (
@@ -447,28 +446,35 @@ _GRADER = Columns(Metagrader, "m", defer=["program"])
 
 
 def _grader_by_id(token: ApiToken, grader_id: int) -> Metagrader:
-    row = None
-    if grader_id <= MAX_ROW_ID:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT {_GRADER.sql} FROM {Metagrader._meta.db_table} m"
-                " WHERE m.id = %s AND m.project_id = %s",
-                [grader_id, token.project_id],
-            )
-            row = cursor.fetchone()
-    if row is None:
-        raise Http404("No such grader in this project.")
-    metagrader = _GRADER.build(row)
-    metagrader.project = token.project
-    return metagrader
+    missing = "No such grader in this project."
+    if grader_id > MAX_ROW_ID:
+        raise Http404(missing)
+    where = "WHERE m.id = %s AND m.project_id = %s"
+    return _grader_found(token, where, [grader_id, token.project_id], missing)
 
 
 def _grader_selected(token: ApiToken, kind: str) -> Metagrader:
-    selection = grader_selected(project=token.project, kind=kind) if kind in KINDS else None
-    if selection is None:
-        raise Http404(f"No {kind} grader is selected in this project.")
-    selection.metagrader.project = token.project
-    return selection.metagrader
+    """The project's newest selection of `kind`, as graders.services.grader_selected reads it."""
+    missing = f"No {kind} grader is selected in this project."
+    if kind not in KINDS:
+        raise Http404(missing)
+    where = (
+        f"JOIN {GraderSelection._meta.db_table} s ON s.metagrader_id = m.id"
+        " WHERE s.project_id = %s AND s.kind = %s ORDER BY s.version DESC LIMIT 1"
+    )
+    return _grader_found(token, where, [token.project_id, kind], missing)
+
+
+def _grader_found(token: ApiToken, where: str, params: list[Any], missing: str) -> Metagrader:
+    """The grader `where` finds, with the token's project; 404 saying `missing` if none."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {_GRADER.sql} FROM {Metagrader._meta.db_table} m {where}", params)
+        row = cursor.fetchone()
+    if row is None:
+        raise Http404(missing)
+    metagrader = _GRADER.build(row)
+    metagrader.project = token.project
+    return metagrader
 
 
 class RecordedResponse(Response):

@@ -342,6 +342,16 @@ def test_selected_grader_endpoint_follows_promotion(
     unknown = reverse("api-reward-selected", args=["acme", "nonsense"])
     assert post(client, unknown, body, bearer(token)).status_code == 404
     assert RewardUsage.objects.get(metagrader=scalar).requests == 1
+    pairwise = grader_of(reward_project, "pairwise")
+    grader_promote(project=reward_project, metagrader=pairwise)
+    other_kind = reverse("api-reward-selected", args=["acme", "pairwise"])
+    assert post(client, other_kind, body, bearer(token)).json()["grader"]["id"] == pairwise.pk
+    assert post(client, url, body, bearer(token)).json()["grader"]["id"] == scalar.pk
+    described = baseline_program("scalar").to_json() | {"description": "A later scalar."}
+    later = metagrader_register(project=reward_project, program=described, origin="baseline")
+    assert later.pk != scalar.pk
+    grader_promote(project=reward_project, metagrader=later)  # the newest version wins
+    assert post(client, url, body, bearer(token)).json()["grader"]["id"] == later.pk
 
 
 def test_no_judge_endpoint_is_a_409(client: Client, reward_project: Project, token: str) -> None:
