@@ -40,6 +40,7 @@ from graders.engine.runtime import (
     Grader,
     GradeResult,
 )
+from graders.engine.trainers import openrlhf_rewards
 from graders.grading import rubric_origin
 from graders.judge_cache import DatabaseJudgeCache
 from graders.models import (
@@ -310,24 +311,18 @@ def _grader_load(
         raise GraderConflict(f"This grader cannot be run on this task: {exc}") from None
 
 
-def _groups_grade(
-    grader: Grader,
-    cache: RequestJudgeCache,
-    groups: Sequence[tuple[TaskInput | str, Sequence[ResponseInput]]],
-) -> list[list[GradeResult]]:
-    """Grade the groups concurrently; the calling thread serves the judge cache meanwhile.
-    The judge's new answers stay in `cache` until its flush()."""
+def _graded[T](grader: Grader, cache: RequestJudgeCache, scoring: Coroutine[Any, Any, T]) -> T:
+    """Run `scoring` (which grades with `grader`); the calling thread serves the judge cache
+    meanwhile. The judge's new answers stay in `cache` until its flush()."""
 
-    async def grade() -> list[list[GradeResult]]:
+    async def scored() -> T:
         try:
-            return list(
-                await asyncio.gather(*(grader.score_group(task, group) for task, group in groups))
-            )
+            return await scoring
         finally:
             await grader.aclose()
 
     try:
-        return cache.run(grade())
+        return cache.run(scored())
     except BaseException as exc:
         # Keep what was paid for before the failure. On success the view stores the answers
         # once its own answer is sent (reward_record).
@@ -410,16 +405,16 @@ def reward_score(
             ],
         )
     responses = [_response_input(i, item) for i, item in enumerate(data["responses"])]
-    return _groups_grade(grader, cache, [(task, responses)])[0], cache
+    return _graded(grader, cache, grader.score_group(task, responses)), cache
 
 
 def openrlhf_score(
     *, metagrader: Metagrader, data: Mapping[str, Any]
 ) -> tuple[dict[str, Any], RequestJudgeCache]:
-    """OpenRLHF's get_reward for validated GetRewardIn data: responses are the queries with
-    their prompts cut off, grouped by task (so pairwise programs compare a prompt's rollouts
-    with each other), and a failed grade is OPENRLHF_FAILURE_REWARD. Returned with the
-    cache holding the judge's new answers, as reward_score does."""
+    """OpenRLHF's get_reward for validated GetRewardIn data, as the runtime's OpenRLHF adapter
+    scores a batch (graders/engine/trainers.openrlhf_rewards), a failed grade being
+    OPENRLHF_FAILURE_REWARD; returned with the cache holding the judge's new answers, as
+    reward_score does."""
     labels = data["labels"]
     # Labels are often reference answers, not task ids: only what could be an id is looked up.
     named = {label for label in labels if isinstance(label, str) and len(label) <= MAX_ID}
@@ -427,39 +422,15 @@ def openrlhf_score(
         label["task_id"] for label in labels if isinstance(label, dict) and "task_id" in label
     }
     grader, cache = _grader_load(metagrader, _tasks_known(metagrader, named))
-    rows: dict[TaskInput, list[int]] = {}
-    for row, (prompt, label) in enumerate(zip(data["prompts"], labels, strict=True)):
-        rows.setdefault(_openrlhf_task(grader, prompt, label), []).append(row)
-    query, prompts = data["query"], data["prompts"]
-    groups = [
-        (task, [ResponseInput(str(row), query[row][len(prompts[row]) :]) for row in members])
-        for task, members in rows.items()
-    ]
-    results: dict[int, GradeResult] = {}
-    for graded in _groups_grade(grader, cache, groups):
-        for result in graded:
-            results[int(result.response_id)] = result
-    ordered = [results[row] for row in range(len(data["query"]))]
-    rewards = [OPENRLHF_FAILURE_REWARD if r.reward is None else r.reward for r in ordered]
-    payload = {
-        "rewards": rewards,
-        "scores": list(rewards),
-        "extra_logs": {"grader_failed": [float(not r.ok) for r in ordered]},
-    }
-    return payload, cache
-
-
-def _openrlhf_task(grader: Grader, prompt: str, label: Any) -> TaskInput:
-    if isinstance(label, str) and label in grader.tasks:
-        return grader.tasks[label]
-    if isinstance(label, dict):
-        return grader.resolve_task(
-            prompt=label.get("prompt", prompt),
-            task_id=label.get("task_id"),
-            documents=label.get("documents"),
-            instructions=label.get("instructions"),
-        )
-    return grader.resolve_task(prompt=prompt)
+    scoring = openrlhf_rewards(
+        grader,
+        data["query"],
+        data["prompts"],
+        labels,
+        failure_reward=OPENRLHF_FAILURE_REWARD,
+        per_sample=False,
+    )
+    return _graded(grader, cache, scoring), cache
 
 
 def reward_record(

@@ -402,32 +402,46 @@ def openrlhf_reward_func(
         labels: Sequence[Any] | None = None,
         **kwargs: Any,
     ) -> dict[str, Any]:
-        return grader.run_sync(_openrlhf_score(grader, queries, prompts, labels, failure_reward))
+        scored = grader.run_sync(
+            openrlhf_rewards(grader, queries, prompts, labels, failure_reward=failure_reward)
+        )
+        return {
+            "rewards": _tensor_or_list(scored["rewards"]),
+            "scores": _tensor_or_list(scored["scores"]),
+            "extra_logs": {"grader_failed": _tensor_or_list(scored["extra_logs"]["grader_failed"])},
+        }
 
     return reward_func
 
 
-async def _openrlhf_score(
+async def openrlhf_rewards(
     grader: Grader,
     queries: Sequence[str],
     prompts: Sequence[str],
     labels: Sequence[Any] | None,
+    *,
     failure_reward: float,
+    per_sample: bool = True,
 ) -> dict[str, Any]:
+    """What OpenRLHF's reward_func and its remote reward model (the reward API's get_reward)
+    return, as lists: queries grouped by task, so pairwise graders compare a prompt's
+    rollouts with each other. `per_sample`: the caller may be handed one sample at a time,
+    where a pairwise grader has nothing to compare, so refuse one (ValueError) rather than
+    train on failures; a whole batch (the HTTP API) lets such grades fail one by one."""
     size = len(queries)
     label_list = list(labels) if labels is not None else [None] * size
     if len(prompts) != size or len(label_list) != size:
         raise ValueError(f"{size} queries, {len(prompts)} prompts and {len(label_list)} labels")
     responses = [_response_after_prompt(row, queries[row], prompts[row]) for row in range(size)]
     tasks = [_openrlhf_task(grader, prompts[row], label_list[row]) for row in range(size)]
-    _pairwise_groups_check(grader, tasks, OPENRLHF_PAIRWISE_PER_SAMPLE)
+    if per_sample:
+        _pairwise_groups_check(grader, tasks, OPENRLHF_PAIRWISE_PER_SAMPLE)
     results = await _groups_grade(grader, tasks, responses, tasks)
     rewards = [_reward(result, failure_reward) for result in results]
-    failed = [float(not result.ok) for result in results]
     return {
-        "rewards": _tensor_or_list(rewards),
-        "scores": _tensor_or_list(list(rewards)),
-        "extra_logs": {"grader_failed": _tensor_or_list(failed)},
+        "rewards": rewards,
+        "scores": list(rewards),
+        "extra_logs": {"grader_failed": [float(not result.ok) for result in results]},
     }
 
 
