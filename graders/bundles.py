@@ -33,6 +33,13 @@ JUDGE_FIELDS = (
 )  # fmt: skip
 
 
+def bundle_judge(endpoint: JudgeEndpoint) -> dict[str, Any]:
+    """A bundle's judge settings: the endpoint's, with the key's variable name (None when the
+    judge needs no key), never the key."""
+    settings = {field: getattr(endpoint, field) for field in JUDGE_FIELDS}
+    return settings | {"api_key_env": endpoint.api_key_env or None}
+
+
 class BundleInvalid(ValueError):
     pass
 
@@ -106,8 +113,7 @@ def bundle_build(*, metagrader: Metagrader) -> dict[str, Any]:
             "content_hash": program.content_hash,
             "program": program.to_json(),
         },
-        "judge": {field: getattr(endpoint, field) for field in JUDGE_FIELDS}
-        | {"api_key_env": endpoint.api_key_env or None},
+        "judge": bundle_judge(endpoint),
         "tasks": {
             task.external_id: {
                 "prompt": task.prompt,

@@ -22,7 +22,7 @@ from django.utils import timezone
 from rest_framework import serializers, status
 from rest_framework.exceptions import APIException
 
-from graders.bundles import JUDGE_FIELDS
+from graders.bundles import bundle_judge
 from graders.engine.bundle import load_bundle_parsed
 from graders.engine.judge import MissingApiKey
 from graders.engine.judge_http import JudgeTransport, ssl_context
@@ -196,16 +196,9 @@ class RequestJudgeCache(DatabaseJudgeCache):
             for key, value in rows
         }
 
-    @staticmethod
-    def _get(key: str) -> dict[str, Any] | None:
-        with connection.cursor() as cursor:
-            cursor.execute(f"SELECT result FROM {JudgeCall._meta.db_table} WHERE key = %s", [key])
-            row = cursor.fetchone()
-        if row is None:
-            return None
-        value = row[0]
-        result: dict[str, Any] = json.loads(value) if isinstance(value, str | bytes) else value
-        return result
+    @classmethod
+    def _get(cls, key: str) -> dict[str, Any] | None:
+        return cls._get_many([key]).get(key)
 
 
 # Parsed programs by content hash: a program never changes under its hash, and parsing and
@@ -289,8 +282,7 @@ def _grader_load(
             "kind": program.kind,
             "content_hash": program.content_hash,
         },
-        "judge": {field: getattr(endpoint, field) for field in JUDGE_FIELDS}
-        | {"api_key_env": endpoint.api_key_env or None},
+        "judge": bundle_judge(endpoint),
         "tasks": {
             task.id: {
                 "prompt": task.prompt,
