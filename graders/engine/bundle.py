@@ -161,7 +161,8 @@ def load_bundle(
     judge by another address). `cache` is a judge cache, or a path for a JsonlFileCache; by
     default each Grader has its own MemoryCache. `rubric_cache_path` keeps rubrics generated for
     tasks the bundle does not know across restarts. `budget` stops grading (BudgetExhausted)
-    once spent. `transport` replaces the judge client's HTTP transport (tests, proxies).
+    once spent. `transport` replaces the judge client's HTTP transport (tests, proxies, a
+    pool shared by several graders); the caller closes it.
 
     Raises BundleInvalid naming every problem found, or OSError / ValueError if the file
     cannot be read as JSON.

@@ -240,7 +240,8 @@ class JudgeClient:
     """Calls the judge with at most `settings.max_concurrency` requests in flight.
 
     Use a client within one event loop (its semaphore and connections belong to that loop).
-    `transport` replaces the aiohttp transport (e.g. httpx.MockTransport in unit tests).
+    `transport` replaces the aiohttp transport (e.g. httpx.MockTransport in unit tests); it
+    stays the caller's, open after the client closes, so several clients may share one.
     `backoff_base_s` and `backoff_cap_s` shape the retry waits: exponential with full jitter.
     A Retry-After header replaces the jittered wait, up to the cap, so a misbehaving server
     cannot park a job for an hour.

@@ -743,3 +743,41 @@ def test_the_judge_transport_also_serves_httpx_clients(fake_judge: FakeJudgeServ
     assert response.headers["content-type"] == "application/json"
     assert response.json()["choices"][0]["message"]["content"] == '{"score": 1.0}'
     assert fake_judge.requests[-1].body["messages"] == [{"role": "user", "content": "hi"}]
+
+
+def test_a_client_closes_its_own_transport_and_leaves_a_given_one_open(
+    fake_judge: FakeJudgeServer,
+) -> None:
+    """The reward API shares one transport between the clients of many requests, so a
+    client must not close a transport it was given; the one it made is its own to close."""
+    from graders.engine.judge_http import JudgeTransport, ssl_context
+
+    closed: list[str] = []
+
+    class Recording(JudgeTransport):
+        async def aclose(self) -> None:
+            closed.append("given")
+            await super().aclose()
+
+    async def use() -> None:
+        shared = Recording(max_connections=2, ssl_context=ssl_context())
+        for _ in range(2):
+            async with JudgeClient(settings_for(fake_judge.base_url), transport=shared) as client:
+                assert (await client.complete(grade("a"))).error is None
+        assert closed == []
+        await shared.aclose()
+        own = JudgeClient(settings_for(fake_judge.base_url))
+        assert isinstance(own._transport, JudgeTransport)
+        own_closed: list[bool] = []
+        original = own._transport.aclose
+
+        async def recorded() -> None:
+            own_closed.append(True)
+            await original()
+
+        own._transport.aclose = recorded  # type: ignore[method-assign]
+        await own.aclose()
+        assert own_closed == [True]
+
+    asyncio.run(use())
+    assert closed == ["given"]
