@@ -1,48 +1,71 @@
 """CPU seconds spent by groups of processes over a stretch of a benchmark, from Linux's /proc,
 and the share of the host's time its hypervisor took (steal): on a shared 2-core machine a
-latency percentile moves with both, and they tell a slow run of ours from a busy host."""
+latency percentile moves with both, and they tell a slow run of ours from a busy host.
+
+A group is a process tree: its root, the root's descendants alive at the reading, and the
+descendants that ended and were reaped meanwhile (the kernel adds a reaped child's time to its
+parent's "cutime" and "cstime"). So PostgreSQL's backends, opened and closed as connections
+age out, count in full under their postmaster, as gunicorn's workers do under its master."""
 
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 PROC = Path("/proc")
 TICK_S = 1 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
+
+
+class _Process(NamedTuple):
+    parent: int
+    own: float  # CPU seconds of the process itself, all threads, user and system
+    reaped: float  # CPU seconds of its descendants that ended and were waited for
 
 
 def available() -> bool:
     return (PROC / "stat").exists()
 
 
-def children(pid: int) -> list[int]:
-    """The direct children of `pid`."""
-    found = []
+def _processes() -> dict[int, _Process]:
+    found = {}
     for entry in PROC.iterdir():
-        if entry.name.isdigit() and _stat(int(entry.name))[1] == pid:
-            found.append(int(entry.name))
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # ended while we listed
+        found[int(entry.name)] = _Process(
+            parent=int(fields[1]),
+            own=(int(fields[11]) + int(fields[12])) * TICK_S,
+            reaped=(int(fields[13]) + int(fields[14])) * TICK_S,
+        )
     return found
 
 
-def named(prefix: str) -> list[int]:
-    """Processes whose command line starts with `prefix` (PostgreSQL's backends: "postgres")."""
-    found = []
+def postgres_root() -> int | None:
+    """PostgreSQL's postmaster on this host: the parent of its "postgres: …" processes."""
     for entry in PROC.iterdir():
         if entry.name.isdigit():
             try:
-                command = (entry / "cmdline").read_bytes()
+                if (entry / "cmdline").read_bytes().startswith(b"postgres:"):
+                    return _processes().get(int(entry.name), _Process(-1, 0, 0)).parent
             except OSError:
                 continue
-            if command.startswith(prefix.encode()):
-                found.append(int(entry.name))
-    return found
+    return None
 
 
-def _stat(pid: int) -> tuple[float, int]:
-    """CPU seconds (user and system, all threads) and parent of `pid`; (0, -1) if gone."""
-    try:
-        fields = (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return 0.0, -1
-    return (int(fields[11]) + int(fields[12])) * TICK_S, int(fields[1])
+def _tree_seconds(root: int, table: dict[int, _Process], apart: set[int]) -> float:
+    """CPU seconds of `root`'s tree, leaving out the subtrees of the roots in `apart`."""
+    children: dict[int, list[int]] = {}
+    for pid, process in table.items():
+        children.setdefault(process.parent, []).append(pid)
+    total, pending = 0.0, [root]
+    while pending:
+        pid = pending.pop()
+        if pid in table:
+            total += table[pid].own + table[pid].reaped
+        pending.extend(child for child in children.get(pid, []) if child not in apart)
+    return total
 
 
 def _host() -> tuple[int, int]:
@@ -52,18 +75,23 @@ def _host() -> tuple[int, int]:
 
 
 class CpuMeter:
-    """`start(groups)` with named lists of pids, `stop()` for each group's CPU seconds since
-    and the host's steal share. Processes that end meanwhile count up to their last reading."""
+    """`start(roots)` with a root pid per named group, `stop()` for each group's CPU seconds
+    since and the host's steal share. A group's tree stops at another group's root, so the
+    bench client's group does not also count the server and judge it started."""
 
-    def start(self, groups: dict[str, list[int]]) -> None:
-        self.groups = groups
-        self.before = {pid: _stat(pid)[0] for pids in groups.values() for pid in pids}
+    def start(self, roots: dict[str, int]) -> None:
+        self.roots = roots
+        self.before = self._reading()
         self.host_before = _host()
 
     def stop(self) -> tuple[dict[str, float], float]:
-        spent = {
-            name: sum(max(0.0, _stat(pid)[0] - self.before[pid]) for pid in pids)
-            for name, pids in self.groups.items()
-        }
+        after = self._reading()
+        spent = {name: max(0.0, after[name] - self.before[name]) for name in self.roots}
         steal, total = (now - then for now, then in zip(_host(), self.host_before, strict=True))
         return spent, steal / total if total else 0.0
+
+    def _reading(self) -> dict[str, float]:
+        table, apart = _processes(), set(self.roots.values())
+        return {
+            name: _tree_seconds(root, table, apart - {root}) for name, root in self.roots.items()
+        }

@@ -199,12 +199,11 @@ def main() -> None:
             count = round(args.rate * args.seconds)
             meter = CpuMeter() if cpu_meter.available() else None
             if meter is not None:
-                meter.start({
-                    "server": [server.pid, *cpu_meter.children(server.pid)],
-                    "PostgreSQL": cpu_meter.named("postgres") if vendor == "postgresql" else [],
-                    "fake judge": [judge.pid],
-                    "bench client": [os.getpid()],
-                })  # fmt: skip
+                roots = {"server": server.pid}
+                postmaster = cpu_meter.postgres_root() if vendor == "postgresql" else None
+                if postmaster is not None:
+                    roots["PostgreSQL"] = postmaster
+                meter.start(roots | {"fake judge": judge.pid, "bench client": os.getpid()})
             latencies, statuses, elapsed = asyncio.run(
                 load(url, target, rate=args.rate, count=count, responses=args.responses, first=0)
             )
