@@ -11,7 +11,9 @@ A program is data that the engine interprets; nothing in it is ever executed. Fo
 
 Steps run in order; each sends its rendered prompt to the judge and gets back a JSON object with
 exactly the fields of its `output`. Output types: str, bool, int, float, int[low,high],
-float[low,high], enum[x,y,...], criterion (an object with text and weight) and list[<type>].
+float[low,high], enum[x,y,...], criterion (an object with text and weight) and list[<type>]
+(at most MAX_LIST_ITEMS items: a judge that writes more fails the step rather than multiply the
+calls, and the cost, of the steps that run once per item).
 
 Placeholders: {task.prompt}, {task.instructions}, {documents} everywhere; {response} (scalar,
 rubric), {response_a} and {response_b} (pairwise kinds), {rubric} (rubric kinds), {criterion}
@@ -93,10 +95,16 @@ RESERVED_STEP_IDS = frozenset({"task"})
 MAX_STEPS = 20
 NO_CRITERIA = "the rubric has no criteria"
 MAX_CRITERION_WEIGHT = 1000
+# Generated rubrics are a handful to a few dozen criteria; a rubric's check step runs once per
+# criterion per response, so a runaway list would multiply the judge calls of every grade.
+MAX_LIST_ITEMS = 50
 # Local models honour an enum but not minimum/maximum, so small integer ranges list their values.
 SMALL_INT_RANGE = 20
 FLOAT_GRID_STEPS = 20
-TYPE_HELP = "str, bool, int, float, int[low,high], float[low,high], enum[x,y,...], list[<type>]"
+TYPE_HELP = (
+    "str, bool, int, float, int[low,high], float[low,high], enum[x,y,...], "
+    f"list[<type>] (at most {MAX_LIST_ITEMS} items)"
+)
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 PLACEHOLDER = re.compile(r"\{\s*([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?)\s*\}")
@@ -247,14 +255,16 @@ class ListType:
         return f"list[{self.item}]"
 
     def schema(self) -> dict[str, Any]:
-        return {"type": "array", "items": self.item.schema()}
+        return {"type": "array", "items": self.item.schema(), "maxItems": MAX_LIST_ITEMS}
 
     def describe(self) -> str:
-        return f"a list, each item {self.item.describe()}"
+        return f"a list of at most {MAX_LIST_ITEMS} items, each item {self.item.describe()}"
 
     def problem(self, value: object) -> str | None:
         if not isinstance(value, list):
             return f"expected a list, got {excerpt(value)}"
+        if len(value) > MAX_LIST_ITEMS:
+            return f"{len(value)} items; a list has at most {MAX_LIST_ITEMS}"
         for index, item in enumerate(value):
             problem = self.item.problem(item)
             if problem is not None:

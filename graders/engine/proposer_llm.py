@@ -26,6 +26,7 @@ from graders.engine.jsonout import extract_json_object
 from graders.engine.judge import ChatRequest, ChatResult, Message
 from graders.engine.programs import (
     MAX_CRITERION_WEIGHT,
+    MAX_LIST_ITEMS,
     MAX_STEPS,
     RUBRIC_KINDS,
     Criterion,
@@ -235,7 +236,10 @@ TYPE_EXAMPLES: tuple[tuple[str, str], ...] = (
     ("int[1,5]", "an integer from 1 to 5; any finite bounds with low below high"),
     ("float[0,1]", "a number from 0 to 1, bounds included"),
     ("enum[yes,partly,no]", "one of two or more distinct words (letters, digits, _ or -)"),
-    ("list[str]", "a list whose items all have one type, any of these but a list"),
+    (
+        "list[str]",
+        f"a list of at most {MAX_LIST_ITEMS} items that all have one type, any of these but a list",
+    ),
 )
 CRITERION_TYPE_EXAMPLE = (
     "criterion",

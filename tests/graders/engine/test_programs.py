@@ -245,13 +245,14 @@ def test_scalar_baseline_keeps_the_generic_judge_instruction() -> None:
         ("float", {"type": "number"}),
         ("str", {"type": "string"}),
         ("bool", {"type": "boolean"}),
-        ("list[str]", {"type": "array", "items": {"type": "string"}}),
+        ("list[str]", {"type": "array", "items": {"type": "string"}, "maxItems": 50}),
         ("enum[a, b, tie]", {"type": "string", "enum": ["a", "b", "tie"]}),
         (
             "list[int[1,3]]",
             {
                 "type": "array",
                 "items": {"type": "integer", "minimum": 1, "maximum": 3, "enum": [1, 2, 3]},
+                "maxItems": 50,
             },
         ),
     ],
@@ -332,7 +333,7 @@ KNOWN_AT_VERIFY = (
         pytest.param(
             broken(SEED_LIKE_SCALAR, set_output(2, {"score": "number"})),
             "steps[2].output.score: unknown type 'number'; use one of str, bool, int, float, "
-            "int[low,high], float[low,high], enum[x,y,...], list[<type>]",
+            "int[low,high], float[low,high], enum[x,y,...], list[<type>] (at most 50 items)",
             id="unknown-type",
         ),
         pytest.param(
@@ -847,6 +848,28 @@ def test_rubric_generation_failure_and_empty_rubric_are_errors() -> None:
     assert (empty.criteria, empty.error) == ((), "the rubric step wrote no criteria")
     assert weightless.error == (
         "step rubric: output criteria: item 0: a criterion weight must be above 0 and at most 1000"
+    )
+
+
+@pytest.mark.parametrize("validates", [True, False])
+def test_a_rubric_longer_than_the_list_bound_fails_instead_of_multiplying_checks(
+    validates: bool,
+) -> None:
+    def criteria(count: int) -> Callable[[Call], Reply]:
+        return lambda call: {"criteria": [{"text": f"c{n}", "weight": 1} for n in range(count)]}
+
+    program = baseline_program("rubric")
+    at_bound = asyncio.run(rubric_generate(program, TASK, ScriptedJudge(criteria(50), validates)))
+    runaway = asyncio.run(rubric_generate(program, TASK, ScriptedJudge(criteria(51), validates)))
+
+    assert (len(at_bound.criteria), at_bound.error) == (50, None)
+    assert runaway.criteria == ()
+    # The client's schema check words it one way, the engine's own check (a lenient client or
+    # a cached answer from before the bound) the other; both name the count and the bound.
+    assert runaway.error == (
+        "step rubric: unparseable judge output: criteria: 51 items, more than the maximum 50"
+        if validates
+        else "step rubric: output criteria: 51 items; a list has at most 50"
     )
 
 
