@@ -1,12 +1,14 @@
 """What the HTTP reward API adds on top of the judge, under a steady training-job load.
 
     python bench/reward_api.py [--rate 50] [--seconds 20] [--responses 8] [--latency-ms 50]
+                               [--endpoint reward|get_reward]
 
 Starts the app as production serves it (gunicorn with the repository's gunicorn.conf.py:
 gthread, a process per core; DEBUG off; CONN_MAX_AGE=60), or with --server runserver Django's
 development server, on a fresh bench database (bench/database.py: PostgreSQL unless
 DATABASE_URL says otherwise) and the fake judge with a fixed latency in its own process, then
-sends POST .../reward at a steady `rate` per second, open loop: request i leaves at start +
+sends POST .../reward (or OpenRLHF's .../get_reward, the same group as queries labelled with
+the task's id) at a steady `rate` per second, open loop: request i leaves at start +
 i / rate whether or not earlier ones have come back, and its latency counts from that moment,
 so a server that falls behind is charged for the queue it builds. Each request carries
 `responses` responses never seen before (no judge cache hit) to a stored task, graded by a
@@ -41,6 +43,7 @@ from bench.judge_throughput import JudgeServerProcess  # noqa: E402
 TARGET_P99_OVERHEAD_MS = 25.0
 WARMUP_REQUESTS = 40
 CLIENT_CONNECTIONS = 64
+PROMPT = "Summarise the liability cap of the deal."
 ANSWER = "The liability cap is 10% of the purchase price under clause 4 of the SPA. " * 6
 
 
@@ -61,9 +64,7 @@ def setup(judge_url: str) -> dict[str, Any]:
     from labeling.models import Document, Project, Task
 
     project = Project.objects.create(slug="bench", name="Bench")
-    task = Task.objects.create(
-        project=project, external_id="deal-1", prompt="Summarise the liability cap of the deal."
-    )
+    task = Task.objects.create(project=project, external_id="deal-1", prompt=PROMPT)
     Document.objects.create(
         task=task, external_id="spa", title="SPA", text="Clause 4: liability is capped. " * 40
     )
@@ -110,17 +111,30 @@ def server_start(
     raise SystemExit("the server did not start within 60 s")
 
 
-def body(target: dict[str, Any], index: int, responses: int) -> dict[str, Any]:
+def body(target: dict[str, Any], index: int, responses: int, endpoint: str) -> dict[str, Any]:
+    contents = [f"Rollout {index}.{n}. {ANSWER}" for n in range(responses)]
+    if endpoint == "get_reward":
+        prompt = f"<|user|>{PROMPT}<|assistant|>"
+        return {
+            "query": [prompt + content for content in contents],
+            "prompts": [prompt] * responses,
+            "labels": [target["task"]] * responses,
+        }
     return {
         "task_id": target["task"],
-        "responses": [
-            {"id": f"r{n}", "content": f"Rollout {index}.{n}. {ANSWER}"} for n in range(responses)
-        ],
+        "responses": [{"id": f"r{n}", "content": content} for n, content in enumerate(contents)],
     }
 
 
 async def load(
-    url: str, target: dict[str, Any], *, rate: float, count: int, responses: int, first: int
+    url: str,
+    target: dict[str, Any],
+    *,
+    rate: float,
+    count: int,
+    responses: int,
+    first: int,
+    endpoint: str,
 ) -> tuple[list[float], list[int], float]:
     """Send `count` requests open loop at `rate` per second; latencies in seconds from each
     request's scheduled start, the status codes, and the seconds from first send to last
@@ -138,7 +152,7 @@ async def load(
         async def one(index: int) -> None:
             scheduled = start + index / rate
             await asyncio.sleep(max(0.0, scheduled - time.perf_counter()))
-            payload = body(target, first + index, responses)
+            payload = body(target, first + index, responses, endpoint)
             try:
                 async with session.post(url, json=payload, headers=headers) as response:
                     await response.read()
@@ -171,6 +185,10 @@ def main() -> None:
         "--server", choices=["gunicorn", "runserver"], default="gunicorn",
         help="gunicorn as the README serves the app, or Django's development server",
     )  # fmt: skip
+    parser.add_argument(
+        "--endpoint", choices=["reward", "get_reward"], default="reward",
+        help="the reward API's own endpoint, or OpenRLHF's remote reward model protocol",
+    )  # fmt: skip
     args = parser.parse_args()
 
     bench_environment()
@@ -187,10 +205,17 @@ def main() -> None:
         port = free_port()
         log = Path(tempfile.gettempdir()) / f"reward-api-bench-{port}.log"
         server = server_start(port, log, args.conn_max_age, args.server)
-        url = f"http://127.0.0.1:{port}/api/p/{target['slug']}/graders/{target['grader']}/reward"
+        grader_url = f"http://127.0.0.1:{port}/api/p/{target['slug']}/graders/{target['grader']}"
+        url = f"{grader_url}/{args.endpoint}"
         try:
             warmup = load(
-                url, target, rate=10, count=WARMUP_REQUESTS, responses=args.responses, first=10**6
+                url,
+                target,
+                rate=10,
+                count=WARMUP_REQUESTS,
+                responses=args.responses,
+                first=10**6,
+                endpoint=args.endpoint,
             )
             _, warm, _ = asyncio.run(warmup)
             if set(warm) != {200}:
@@ -205,7 +230,15 @@ def main() -> None:
                     roots["PostgreSQL"] = postmaster
                 meter.start(roots | {"fake judge": judge.pid, "bench client": os.getpid()})
             latencies, statuses, elapsed = asyncio.run(
-                load(url, target, rate=args.rate, count=count, responses=args.responses, first=0)
+                load(
+                    url,
+                    target,
+                    rate=args.rate,
+                    count=count,
+                    responses=args.responses,
+                    first=0,
+                    endpoint=args.endpoint,
+                )
             )
             usage = meter.stop() if meter is not None else None
             judge_stats = judge.stats()
@@ -227,7 +260,8 @@ def main() -> None:
     )
     print(f"database:   {vendor}, connections {persistent}; server: {served}, DEBUG off")
     print(
-        f"load:       {count} requests x {args.responses} new responses, open loop at "
+        f"load:       {count} requests to {args.endpoint} x {args.responses} new responses, "
+        "open loop at "
         f"{args.rate:g}/s; judge latency {args.latency_ms:g} ms"
     )
     print(
