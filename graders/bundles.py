@@ -24,8 +24,8 @@ from graders.models import (
     Origin,
 )
 from graders.services import metagrader_register
-from labeling.imports import rubric_items_replace
 from labeling.models import AuthorKind, JobStatus, Project, Rubric, Split, Task
+from labeling.rubric_items import rubric_items_replace
 
 JUDGE_FIELDS = (
     "base_url", "model", "api_key_env", "temperature", "max_tokens", "max_concurrency",

@@ -36,9 +36,9 @@ from graders.judge_cache import DatabaseJudgeCache
 from graders.models import Grade as GradeRow
 from graders.models import GradingItem, GradingRun, ItemStatus
 from graders.services import endpoint_settings
-from labeling.imports import rubric_items_replace
 from labeling.jobs import BUDGET_SPENT, JobCancelled, job_finish, job_progress
 from labeling.models import AuthorKind, Job, JobStatus, Response, Rubric, Task
+from labeling.rubric_items import rubric_items_replace
 
 
 def chunk_size(settings: JudgeSettings) -> int:

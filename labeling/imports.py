@@ -33,7 +33,6 @@ from labeling.models import (
     Response,
     Rubric,
     RubricItem,
-    RubricRevision,
     Score,
     Task,
 )
@@ -50,6 +49,7 @@ from labeling.records import (
     TaskRecord,
     record_parse,
 )
+from labeling.rubric_items import rubric_items_replace, rubric_items_snapshot
 
 BATCH = 1000
 MAX_REPORTED_ERRORS = 1000
@@ -490,29 +490,6 @@ def preference_same(old: Preference, new: Preference) -> bool:
         new.slot_order,
         new.seconds_spent,
     )
-
-
-def rubric_items_snapshot(rubric: Rubric) -> list[dict[str, Any]]:
-    """The rubric's items in order, in the shape of the import format."""
-    return [{"id": i.key, "text": i.text, "weight": i.weight} for i in rubric.items.all()]
-
-
-def rubric_items_replace(*, rubric: Rubric, items: list[dict[str, Any]], editor: str) -> None:
-    """Make the rubric's items exactly `items` (keeping grades of items whose id stays) and
-    record the result as revision `rubric.version`."""
-    kept = RubricItem.objects.bulk_create(
-        [
-            RubricItem(
-                rubric=rubric, key=item["id"], text=item["text"], weight=item["weight"], position=n
-            )
-            for n, item in enumerate(items)
-        ],
-        update_conflicts=True,
-        unique_fields=["rubric", "key"],
-        update_fields=["text", "weight", "position"],
-    )
-    rubric.items.exclude(pk__in=[i.pk for i in kept]).delete()
-    RubricRevision.objects.create(rubric=rubric, version=rubric.version, items=items, editor=editor)
 
 
 WRITE_ORDER = (

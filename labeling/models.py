@@ -242,6 +242,29 @@ class CriterionGrade(models.Model):
         return f"{self.response} {self.item.key}: {'pass' if self.passed else 'fail'}"
 
 
+class RetiredCriterionGrade(models.Model):
+    """An expert's grade on a criterion that a later version of its rubric left out (a
+    reviewer's delete or restore, a regeneration, an import): kept with the criterion as it
+    was, and put back on the criterion when a version holding it again (same key, same text)
+    becomes current. Removing a criterion never loses what experts said about it."""
+
+    rubric = models.ForeignKey(Rubric, on_delete=models.CASCADE, related_name="retired_grades")
+    item_key = models.CharField(max_length=100)
+    item_text = models.TextField()
+    response = models.ForeignKey(Response, on_delete=models.CASCADE, related_name="+")
+    annotator = models.ForeignKey(Annotator, on_delete=models.CASCADE, related_name="+")
+    passed = models.BooleanField()
+    note = models.TextField(blank=True, default="")
+    graded_at = models.DateTimeField()
+    retired_in_version = models.PositiveIntegerField()
+
+    class Meta:
+        indexes = [models.Index(fields=["rubric", "item_key"], name="retired_grade_item")]
+
+    def __str__(self) -> str:
+        return f"{self.response} {self.item_key} (retired in v{self.retired_in_version})"
+
+
 class ScoreProvider(models.TextChoices):
     TRUE_GRADER = "true_grader", "True grader"
     EXPERT = "expert", "Expert"

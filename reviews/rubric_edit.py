@@ -1,5 +1,7 @@
 """Reviewers' edits of a generated rubric: change, add, delete and move criteria, restore an
-earlier version. Every change is a new version with a RubricRevision snapshot.
+earlier version. Every change is a new version with a RubricRevision snapshot. Removing a
+criterion sets its experts' grades aside, and a restore that brings it back brings them back
+(labeling/rubric_items.py).
 
 Optimistic concurrency: each edit names the version it was made on, and the version is bumped
 by a conditional UPDATE (`WHERE version = seen`) in the same transaction as the item writes.
@@ -7,18 +9,21 @@ When another save got there first the UPDATE matches no row and RubricConflict i
 the rubric as it is now: a save is refused, never silently laid over someone else's."""
 
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Count
 from django.utils import timezone
 
-from labeling.imports import rubric_items_replace, rubric_items_snapshot
-from labeling.models import CriterionGrade, Rubric, RubricRevision
+from labeling.models import Rubric, RubricRevision
 from labeling.records import MAX_CRITERION_TEXT, MAX_RUBRIC_ITEMS
+from labeling.rubric_items import (
+    GradesMoved,
+    rubric_items_replace,
+    rubric_items_snapshot,
+    rubric_keys_unused,
+)
 
 MAX_WEIGHT = 1000.0
 
@@ -49,6 +54,7 @@ class RubricChange:
     rubric: Rubric
     changed: bool
     key: str | None  # the criterion the change was about, for the re-check and the page focus
+    grades: GradesMoved  # experts' criterion grades set aside or brought back by the change
 
 
 def criterion_problems(text: str, weight: float | None) -> dict[str, str]:
@@ -78,7 +84,7 @@ def criterion_save(
     if problems:
         raise CriterionInvalid(problems)
     text = text.strip()
-    new_key = key or _key_unused(rubric)
+    new_key = key or rubric_keys_unused(rubric, 1)[0]
 
     def change(items: Items) -> Items:
         if key is None:
@@ -95,7 +101,8 @@ def criterion_save(
 
 
 def criterion_delete(*, rubric: Rubric, seen_version: int, key: str, editor: str) -> RubricChange:
-    """Remove a criterion; the last one stays, since a rubric without criteria grades nothing."""
+    """Remove a criterion (its expert grades are set aside, see labeling/rubric_items.py); the
+    last one stays, since a rubric without criteria grades nothing."""
 
     def change(items: Items) -> Items:
         _position(items, key)
@@ -159,46 +166,10 @@ def _rubric_change(
                 after = change(before)
                 if after == before:
                     raise _Unchanged  # rolls the version bump back
-                _graded_removal_refuse(current, before, after)
-                rubric_items_replace(rubric=current, items=after, editor=editor)
-                return RubricChange(current, True, key)
+                moved = rubric_items_replace(rubric=current, items=after, editor=editor)
+                return RubricChange(current, True, key, moved)
     except _Unchanged:
-        return RubricChange(Rubric.objects.get(pk=rubric.pk), False, key)
+        return RubricChange(Rubric.objects.get(pk=rubric.pk), False, key, GradesMoved(0, 0))
     now = Rubric.objects.get(pk=rubric.pk)
     item = next((i for i in rubric_items_snapshot(now) if i["id"] == key), None)
     raise RubricConflict(now, item)
-
-
-def _graded_removal_refuse(rubric: Rubric, before: Items, after: Items) -> None:
-    """Removing a criterion deletes the expert grades recorded on it, which no restore brings
-    back: refuse, and say which criteria and how many grades (raising rolls the change back)."""
-    removed = {item["id"] for item in before} - {item["id"] for item in after}
-    if not removed:
-        return
-    graded = dict(
-        CriterionGrade.objects.filter(item__rubric=rubric, item__key__in=removed)
-        .values_list("item__key")
-        .annotate(n=Count("pk"))
-    )
-    if graded:
-        listed = ", ".join(f"{key} ({n})" for key, n in sorted(graded.items()))
-        raise CriterionInvalid(
-            {
-                "": f"Experts have graded responses on {listed}; removing "
-                f"{'it' if len(graded) == 1 else 'them'} would delete those grades. Edit the "
-                "text or the weight instead."
-            }
-        )
-
-
-_GENERATED_KEY = re.compile(r"c(\d+)")
-
-
-def _key_unused(rubric: Rubric) -> str:
-    """c<n> past every key the rubric has had in any version."""
-    used = {
-        item["id"] for items in rubric.revisions.values_list("items", flat=True) for item in items
-    }
-    used |= set(rubric.items.values_list("key", flat=True))
-    numbers = [int(m.group(1)) for key in used if (m := _GENERATED_KEY.fullmatch(key))]
-    return f"c{max(numbers, default=0) + 1}"

@@ -23,6 +23,7 @@ from graders.models import Metagrader
 from graders.services import RunInvalid
 from labeling.access import Perm, ProjectAccess, project_access
 from labeling.models import AuthorKind, Rubric
+from labeling.rubric_items import GradesMoved
 from reviews.forms import CriterionForm
 from reviews.rubric_edit import (
     CriterionInvalid,
@@ -102,13 +103,31 @@ def _changed(
 def _after_change(
     request: HttpRequest, access: ProjectAccess, change: RubricChange, grader: Metagrader
 ) -> HttpResponse:
-    notice = ""
+    notices = _grades_notices(change.grades)
     if change.changed:
         try:
             recheck_start(rubric=change.rubric, key=change.key, user=request.user)
         except (RubricSetupMissing, RunInvalid) as exc:
-            notice = f"Saved as version {change.rubric.version}; not re-checked: {exc}"
+            notices.insert(0, f"Saved as version {change.rubric.version}; not re-checked: {exc}")
+    notice = " ".join(notices)
     return _changed(request, access, change.rubric, grader, notice=notice, focus=change.key)
+
+
+def _grades_notices(moved: GradesMoved) -> list[str]:
+    """What happened to experts' criterion grades, for the reviewer who removed or restored."""
+    notices = []
+    if moved.retired:
+        notices.append(
+            f"{_grades_are(moved.retired)} kept with the rubric's history: restoring a version "
+            "that has the removed criteria brings them back."
+        )
+    if moved.restored:
+        notices.append(f"{_grades_are(moved.restored)} back on the restored criteria.")
+    return notices
+
+
+def _grades_are(count: int) -> str:
+    return "1 expert grade is" if count == 1 else f"{count} expert grades are"
 
 
 def _conflict_notice(conflict: RubricConflict) -> str:

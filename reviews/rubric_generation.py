@@ -27,9 +27,9 @@ from graders.engine.programs import (
 from graders.judge_cache import DatabaseJudgeCache
 from graders.models import JudgeEndpoint, Metagrader
 from graders.services import endpoint_settings
-from labeling.imports import rubric_items_replace, rubric_items_snapshot
 from labeling.jobs import JobCancelled, job_claim, job_create, job_finish, job_progress
 from labeling.models import AuthorKind, Job, JobStatus, Project, Rubric, Task
+from labeling.rubric_items import rubric_items_replace, rubric_items_snapshot, rubric_keys_unused
 from reviews.rubric_grader import grader_origin, rubric_grader, rubric_judge
 
 GENERATION_JOB = "rubric_generation"
@@ -177,6 +177,23 @@ async def _rubrics_write(
     return list(written), judge.usage
 
 
+def _rekeyed(rubric: Rubric, written: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`written` with a new key for each criterion whose key has only ever held other texts in
+    this rubric: the judge numbers criteria c1, c2, ... afresh each time, and experts' grades on
+    the old c2 must not pass to a different criterion that happens to be numbered c2 now. A
+    key that once held the written text (a reviewer's edit being undone) stays."""
+    texts: dict[str, set[str]] = {}
+    for items in rubric.revisions.values_list("items", flat=True):
+        for item in items:
+            texts.setdefault(item["id"], set()).add(item["text"])
+    clashing = [
+        item["id"] for item in written if item["text"] not in texts.get(item["id"], {item["text"]})
+    ]
+    taken = {item["id"] for item in written}
+    fresh = dict(zip(clashing, rubric_keys_unused(rubric, len(clashing), taken), strict=True))
+    return [{**item, "id": fresh.get(item["id"], item["id"])} for item in written]
+
+
 def generated_rubric_store(
     *, task_pk: int, origin: str, generated: GeneratedRubric, editor: str
 ) -> str:
@@ -192,6 +209,7 @@ def generated_rubric_store(
         if not created:
             if rubric_items_snapshot(rubric) == items:
                 return "unchanged"
+            items = _rekeyed(rubric, items)
             rubric.version += 1
             Rubric.objects.filter(pk=rubric.pk).update(
                 version=rubric.version, updated_at=timezone.now()

@@ -6,7 +6,15 @@ import pytest
 
 from labeling import records as limits
 from labeling.imports import ImportRejected, jsonl_import
-from labeling.models import Preference, Project, Response, Rubric, Task
+from labeling.models import (
+    CriterionGrade,
+    Preference,
+    Project,
+    Response,
+    RetiredCriterionGrade,
+    Rubric,
+    Task,
+)
 from tests.labeling.helpers import basic_records, db_state, write_jsonl
 
 
@@ -81,6 +89,27 @@ def test_reimport_updates_in_place_and_keeps_label_history(
         {"id": "c1", "text": "Refuses.", "weight": 2.0}
     ]
     assert rubric.items.get().grades.count() == 1  # c1's grade survives, c2 is gone
+
+
+def test_a_reimport_that_drops_a_graded_criterion_keeps_the_grade_for_its_return(
+    project: Project, tmp_path: Path
+) -> None:
+    records = basic_records()
+    jsonl_import(project=project, path=write_jsonl(tmp_path / "a.jsonl", records))
+    rubric_record = next(r for r in records if r["type"] == "rubric")
+    without_c1 = {**rubric_record, "items": rubric_record["items"][1:]}
+
+    jsonl_import(project=project, path=write_jsonl(tmp_path / "b.jsonl", [without_c1]))
+
+    assert not CriterionGrade.objects.exists()
+    retired = RetiredCriterionGrade.objects.get()
+    assert (retired.item_key, retired.passed, retired.response.external_id) == ("c1", True, "t1/r1")
+
+    jsonl_import(project=project, path=write_jsonl(tmp_path / "c.jsonl", [rubric_record]))
+
+    grade = CriterionGrade.objects.get()
+    assert (grade.item.key, grade.passed, grade.annotator.name) == ("c1", True, "alice")
+    assert not RetiredCriterionGrade.objects.exists()
 
 
 def test_same_label_with_sides_swapped_is_not_a_change(project: Project, tmp_path: Path) -> None:

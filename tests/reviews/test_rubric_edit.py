@@ -4,9 +4,10 @@ readable history, validation, and the optimistic-concurrency refusal of a stale 
 import threading
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
-from labeling.models import CriterionGrade, Rubric, RubricRevision
+from labeling.models import CriterionGrade, RetiredCriterionGrade, Rubric, RubricRevision
+from labeling.rubric_items import GradesMoved, rubric_items_replace
 from reviews.rubric_edit import (
     CriterionInvalid,
     RubricConflict,
@@ -190,20 +191,50 @@ def test_the_last_criterion_cannot_be_deleted(generated: Rubric) -> None:
     assert generated.version == 2
 
 
-def test_a_criterion_experts_graded_cannot_be_removed_by_delete_or_restore(
+def grades(rubric: Rubric) -> list[tuple[str, str, bool]]:
+    """(criterion key, response, passed) of the rubric's current expert grades."""
+    rows = CriterionGrade.objects.filter(item__rubric=rubric)
+    return sorted(rows.values_list("item__key", "response__content", "passed"))
+
+
+def test_removing_a_graded_criterion_sets_its_grades_aside_and_a_restore_brings_them_back(
     generated: Rubric,
 ) -> None:
-    expert_marks(generated, {("c1", "GOOD"): True, ("c1", "POOR"): False})
-    with pytest.raises(CriterionInvalid, match=r"graded responses on c1 \(2\)"):
-        criterion_delete(rubric=generated, seen_version=1, key="c1", editor="rob")
-    generated.refresh_from_db()
-    assert generated.version == 1 and CriterionGrade.objects.count() == 2
-    criterion_save(rubric=generated, seen_version=1, key=None, text="New.", weight=1, editor="rob")
-    graded_new = generated.items.get(text="New.")
-    expert_marks(generated, {(graded_new.key, "GOOD"): True})
-    with pytest.raises(CriterionInvalid, match="would delete those grades"):
-        rubric_restore(rubric=generated, seen_version=2, version=1, editor="rob")  # drops it
-    assert CriterionGrade.objects.count() == 3
+    expert_marks(generated, {("c1", "GOOD"): True, ("c1", "POOR"): False, ("c2", "GOOD"): True})
+    graded = grades(generated)
+
+    removed = criterion_delete(rubric=generated, seen_version=1, key="c1", editor="rob")
+
+    assert removed.grades == GradesMoved(retired=2, restored=0)
+    assert [key for key, _, _ in grades(generated)] == ["c2"]
+    kept = RetiredCriterionGrade.objects.get(rubric=generated, passed=True)
+    assert (kept.item_key, kept.item_text, kept.retired_in_version) == ("c1", CAP, 2)
+    assert kept.response.content.startswith("GOOD answer") and kept.annotator.name == "lena"
+
+    restored = rubric_restore(rubric=generated, seen_version=2, version=1, editor="rob")
+
+    assert restored.grades == GradesMoved(retired=0, restored=2)
+    assert grades(generated) == graded
+    assert not RetiredCriterionGrade.objects.exists()
+
+
+def test_grades_come_back_only_to_the_criterion_they_were_given_on(generated: Rubric) -> None:
+    expert_marks(generated, {("c1", "GOOD"): True})
+    criterion_delete(rubric=generated, seen_version=1, key="c1", editor="rob")
+    # An import (or anything else) that brings key c1 back with another text is another
+    # criterion: the grade given on the old text stays aside.
+    with transaction.atomic():
+        Rubric.objects.filter(pk=generated.pk).update(version=3)
+        generated.refresh_from_db()
+        moved = rubric_items_replace(
+            rubric=generated,
+            items=[{"id": "c1", "text": "Another criterion.", "weight": 1.0}],
+            editor="import",
+        )
+
+    assert moved == GradesMoved(retired=0, restored=0)
+    assert grades(generated) == []
+    assert RetiredCriterionGrade.objects.get().item_text == CAP
 
 
 @pytest.mark.django_db(transaction=True)

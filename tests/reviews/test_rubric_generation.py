@@ -7,17 +7,22 @@ from typing import Any
 
 import pytest
 
+from graders.engine.programs import Criterion, GeneratedRubric
 from graders.grading import grading_run_execute
 from graders.models import Grade, JudgeEndpoint, Metagrader
 from graders.services import grading_run_start
 from labeling.jobs import job_cancel
-from labeling.models import Job, Project, Rubric
+from labeling.models import CriterionGrade, Job, Project, RetiredCriterionGrade, Rubric
 from reviews.rubric_edit import criterion_save
-from reviews.rubric_generation import rubric_generation_execute, rubric_generation_start
+from reviews.rubric_generation import (
+    generated_rubric_store,
+    rubric_generation_execute,
+    rubric_generation_start,
+)
 from reviews.rubric_grader import RubricSetupMissing, grader_origin
 from reviews.rubric_jobs import rubric_generation_task
 from tests.fakes.openai_server import FakeJudgeServer
-from tests.reviews.conftest import CAP, CLAUSE, CLAUSE_FIXED, generate
+from tests.reviews.conftest import CAP, CLAUSE, CLAUSE_FIXED, expert_marks, generate
 
 pytestmark = pytest.mark.django_db
 
@@ -81,6 +86,36 @@ def test_tasks_with_a_rubric_are_skipped_unless_regenerated(
     rubric.refresh_from_db()
     assert rubric.version == 3 and rubric.items.get(key="c2").text == CLAUSE
     assert list(rubric.revisions.values_list("version", flat=True)) == [1, 2, 3]
+
+
+def test_a_regenerated_criterion_under_an_old_number_gets_a_new_key(
+    review_project: Project,
+    rubric_grader_selected: Metagrader,
+    review_judge: JudgeEndpoint,
+) -> None:
+    generate(review_project, ["t0"])
+    rubric = Rubric.objects.get(author_kind="generated")
+    expert_marks(rubric, {("c2", "GOOD"): True})
+    law = "Names the governing law."
+    written = GeneratedRubric(
+        "t0", (Criterion("c1", CAP, 2.0), Criterion("c2", law), Criterion("c3", "Names the buyer.")),
+        None, (),
+    )  # fmt: skip
+
+    outcome = generated_rubric_store(
+        task_pk=rubric.task_id, origin=rubric.origin, generated=written, editor="regenerated"
+    )
+
+    assert outcome == "updated"
+    # c2 now says something else: a new key, so the grade given on the clause criterion does
+    # not pass to the governing law; it is set aside with the clause's text.
+    assert list(rubric.items.values_list("key", "text")) == [
+        ("c1", CAP),
+        ("c4", law),
+        ("c3", "Names the buyer."),
+    ]
+    assert not CriterionGrade.objects.exists()
+    assert RetiredCriterionGrade.objects.get().item_text == CLAUSE
 
 
 def test_a_grading_run_reads_the_reviewed_rubric_instead_of_writing_one(

@@ -227,6 +227,27 @@ def test_delete_add_and_restore_through_the_page(generated: Rubric, reviewer_use
     assert bad.status_code == 400
 
 
+def test_the_page_says_where_the_grades_of_a_removed_criterion_went(
+    generated: Rubric, reviewer_user: User
+) -> None:
+    expert_marks(generated, {("c1", "GOOD"): True, ("c1", "POOR"): False})
+    client = login(reviewer_user)
+    delete = client.post(
+        reverse("rubric-item-delete", args=["acme", generated.pk]),
+        {"key": "c1", "version": 1},
+        headers=HTMX,
+    )
+    assert delete.status_code == 200
+    assert "2 expert grades are kept with the rubric&#x27;s history" in delete.content.decode()
+    restore = client.post(
+        reverse("rubric-restore", args=["acme", generated.pk]),
+        {"version": 2, "restore": 1},
+        headers=HTMX,
+    )
+    assert "2 expert grades are back on the restored criteria." in restore.content.decode()
+    assert generated.items.get(key="c1").grades.count() == 2
+
+
 def test_the_list_counts_items_versions_and_disagreements_and_filters(
     generated: Rubric,
     rubric_grader_selected: Metagrader,

@@ -1,0 +1,123 @@
+"""A rubric's items as one list: read them, and replace them with another list as a new
+version, keeping experts' criterion grades.
+
+A grade stays on its criterion while the criterion's key stays (a reviewer's edit of the text or
+weight keeps it). A criterion that a new version leaves out takes its grades into
+RetiredCriterionGrade with its text, and they come back when a later version holds the same
+key with the same text again (restoring an earlier version, re-importing the same rubric), so
+no edit, regeneration or import deletes what experts said."""
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from labeling.models import (
+    CriterionGrade,
+    RetiredCriterionGrade,
+    Rubric,
+    RubricItem,
+    RubricRevision,
+)
+
+_GENERATED_KEY = re.compile(r"c(\d+)")
+
+
+@dataclass(frozen=True)
+class GradesMoved:
+    retired: int  # grades set aside with the criteria this version left out
+    restored: int  # grades put back on criteria this version holds again
+
+
+def rubric_items_snapshot(rubric: Rubric) -> list[dict[str, Any]]:
+    """The rubric's items in order, in the shape of the import format."""
+    return [{"id": i.key, "text": i.text, "weight": i.weight} for i in rubric.items.all()]
+
+
+def rubric_keys_unused(rubric: Rubric, count: int, taken: Iterable[str] = ()) -> list[str]:
+    """`count` keys c<n> past every key the rubric has had in any version and every key in
+    `taken`, so a new criterion never takes up the grades, current or retired, of an old one."""
+    used = set(taken) | {
+        item["id"] for items in rubric.revisions.values_list("items", flat=True) for item in items
+    }
+    used |= set(rubric.items.values_list("key", flat=True))
+    numbers = [int(m.group(1)) for key in used if (m := _GENERATED_KEY.fullmatch(key))]
+    last = max(numbers, default=0)
+    return [f"c{last + n}" for n in range(1, count + 1)]
+
+
+def rubric_items_replace(
+    *, rubric: Rubric, items: list[dict[str, Any]], editor: str
+) -> GradesMoved:
+    """Make the rubric's items exactly `items` and record them as revision `rubric.version`.
+    Call inside a transaction: the grades moved and the items written land together."""
+    # Version 1 is a new rubric's first set of items: nothing to keep or bring back yet.
+    first = rubric.version == 1
+    before = [] if first else list(rubric.items.all())  # prefetched by the JSONL import
+    keys = {item["id"] for item in items}
+    leaving = [item for item in before if item.key not in keys]
+    retired = _grades_retire(rubric, leaving) if leaving else 0
+    kept = RubricItem.objects.bulk_create(
+        [
+            RubricItem(
+                rubric=rubric, key=item["id"], text=item["text"], weight=item["weight"], position=n
+            )
+            for n, item in enumerate(items)
+        ],
+        update_conflicts=True,
+        unique_fields=["rubric", "key"],
+        update_fields=["text", "weight", "position"],
+    )
+    if leaving:
+        RubricItem.objects.filter(pk__in=[item.pk for item in leaving]).delete()
+    restored = 0 if first else _grades_restore(rubric, kept)
+    RubricRevision.objects.create(rubric=rubric, version=rubric.version, items=items, editor=editor)
+    return GradesMoved(retired, restored)
+
+
+def _grades_retire(rubric: Rubric, leaving: list[RubricItem]) -> int:
+    texts = {item.pk: (item.key, item.text) for item in leaving}
+    grades = CriterionGrade.objects.filter(item_id__in=list(texts))
+    retired = RetiredCriterionGrade.objects.bulk_create(
+        [
+            RetiredCriterionGrade(
+                rubric=rubric,
+                item_key=texts[grade.item_id][0],
+                item_text=texts[grade.item_id][1],
+                response_id=grade.response_id,
+                annotator_id=grade.annotator_id,
+                passed=grade.passed,
+                note=grade.note,
+                graded_at=grade.created_at,
+                retired_in_version=rubric.version,
+            )
+            for grade in grades
+        ]
+    )
+    return len(retired)
+
+
+def _grades_restore(rubric: Rubric, kept: list[RubricItem]) -> int:
+    by_key = {item.key: item for item in kept}
+    back = [
+        grade
+        for grade in RetiredCriterionGrade.objects.filter(rubric=rubric, item_key__in=list(by_key))
+        if by_key[grade.item_key].text == grade.item_text
+    ]
+    if not back:
+        return 0
+    CriterionGrade.objects.bulk_create(
+        [
+            CriterionGrade(
+                response_id=grade.response_id,
+                item=by_key[grade.item_key],
+                annotator_id=grade.annotator_id,
+                passed=grade.passed,
+                note=grade.note,
+            )
+            for grade in back
+        ],
+        ignore_conflicts=True,  # a grade given on the criterion since stays as it is
+    )
+    RetiredCriterionGrade.objects.filter(pk__in=[grade.pk for grade in back]).delete()
+    return len(back)
