@@ -1,8 +1,11 @@
+from typing import Any
+
 from django import forms
 
 from graders.engine.programs import KINDS
 from graders.models import JudgeEndpoint, Metagrader, SearchMode, SearchRun
-from labeling.models import Split
+from graders.search import MAX_CANDIDATES
+from labeling.models import INT_FIELD_MAX, Project, Split
 
 
 class EndpointForm(forms.ModelForm):
@@ -20,13 +23,30 @@ class EndpointForm(forms.ModelForm):
             "http://localhost:8000/v1 for vLLM.",
         }
 
+    def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.instance.project = project
+
+    def clean_name(self) -> str:
+        # The form leaves the project out, so Django skips the (project, name) constraint.
+        name: str = self.cleaned_data["name"]
+        taken = JudgeEndpoint.objects.filter(project=self.instance.project, name=name)
+        if taken.exclude(pk=self.instance.pk).exists():
+            raise forms.ValidationError(
+                f"This project already has a judge named {name!r}; choose another name."
+            )
+        return name
+
 
 class RunForm(forms.Form):
     grader = forms.ModelChoiceField(queryset=Metagrader.objects.none())
     endpoint = forms.ModelChoiceField(queryset=JudgeEndpoint.objects.none(), label="Judge")
     split = forms.ChoiceField(choices=[(s, s) for s in Split.values if s != "unassigned"])
     max_calls = forms.IntegerField(
-        required=False, min_value=1, help_text="Stop after this many calls."
+        required=False,
+        min_value=1,
+        max_value=INT_FIELD_MAX,
+        help_text="Stop after this many calls.",
     )
     max_cost = forms.FloatField(
         required=False, min_value=0, help_text="Stop after this many dollars."
@@ -70,18 +90,25 @@ class SearchForm(forms.Form):
         "are mutated from a library of building blocks.",
     )
     n = forms.IntegerField(
-        label="N", min_value=1, initial=3, help_text="Candidates in the first round."
-    )
+        label="N", min_value=1, max_value=MAX_CANDIDATES, initial=3,
+        help_text="Candidates in the first round.",
+    )  # fmt: skip
     iterations = forms.IntegerField(
-        min_value=0, initial=0, help_text="Rounds after the first, each reading all before it."
-    )
+        min_value=0, max_value=MAX_CANDIDATES, initial=0,
+        help_text="Rounds after the first, each reading all before it.",
+    )  # fmt: skip
     k = forms.IntegerField(
-        label="k", min_value=1, initial=3, help_text="Candidates per later round."
-    )
-    seed = forms.IntegerField(initial=0, help_text="The same seed repeats the same search.")
+        label="k", min_value=1, max_value=MAX_CANDIDATES, initial=3,
+        help_text="Candidates per later round.",
+    )  # fmt: skip
+    seed = forms.IntegerField(
+        min_value=0, max_value=INT_FIELD_MAX, initial=0,
+        help_text="The same seed repeats the same search.",
+    )  # fmt: skip
     max_calls = forms.IntegerField(
-        required=False, min_value=1, help_text="Stop after this many judge and proposer calls."
-    )
+        required=False, min_value=1, max_value=INT_FIELD_MAX,
+        help_text="Stop after this many judge and proposer calls.",
+    )  # fmt: skip
     max_cost = forms.FloatField(
         required=False, min_value=0, help_text="Stop after this many dollars."
     )
@@ -107,7 +134,9 @@ class ResumeSearchForm(forms.Form):
     """A stopped search's budget, raised or kept: a budget that stopped it would stop it
     again at once, so a new limit must be above the old one."""
 
-    max_calls = forms.IntegerField(required=False, min_value=1, help_text="Empty keeps it.")
+    max_calls = forms.IntegerField(
+        required=False, min_value=1, max_value=INT_FIELD_MAX, help_text="Empty keeps it."
+    )
     max_cost = forms.FloatField(required=False, min_value=0, help_text="Empty keeps it.")
 
     def __init__(self, *args: object, search: SearchRun, **kwargs: object) -> None:

@@ -5,6 +5,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
@@ -49,6 +50,11 @@ class ResponseFormat(models.TextChoices):
     NONE = "none", "Plain text, parsed leniently"
 
 
+MAX_JUDGE_TOKENS = 1_000_000
+MAX_JUDGE_CONCURRENCY = 1024  # connections one worker process keeps open to the endpoint
+MIN_JUDGE_TIMEOUT_S, MAX_JUDGE_TIMEOUT_S = 0.1, 3600.0
+
+
 class JudgeEndpoint(models.Model):
     """An OpenAI-compatible chat endpoint. The API key is never stored: `api_key_env` names the
     environment variable that holds it on the machines that run the workers."""
@@ -58,12 +64,26 @@ class JudgeEndpoint(models.Model):
     base_url = models.URLField(max_length=500)
     model = models.CharField(max_length=200)
     api_key_env = models.CharField(max_length=100, blank=True, default="")
-    temperature = models.FloatField(default=0.0)
-    max_tokens = models.PositiveIntegerField(default=1024)
-    max_concurrency = models.PositiveIntegerField(default=8)
-    timeout_s = models.FloatField(default=60.0)
-    price_in_per_mtok = models.FloatField(default=0.0)
-    price_out_per_mtok = models.FloatField(default=0.0)
+    # The validators give the form (and a bundle's import) an error on the field; the check
+    # constraints below hold whatever writes the row.
+    temperature = models.FloatField(
+        default=0.0, validators=[MinValueValidator(0.0), MaxValueValidator(2.0)]
+    )
+    max_tokens = models.PositiveIntegerField(
+        default=1024, validators=[MinValueValidator(1), MaxValueValidator(MAX_JUDGE_TOKENS)]
+    )
+    max_concurrency = models.PositiveIntegerField(
+        default=8,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_JUDGE_CONCURRENCY)],
+        help_text=f"Calls in flight at once, at most {MAX_JUDGE_CONCURRENCY}.",
+    )
+    timeout_s = models.FloatField(
+        default=60.0,
+        validators=[MinValueValidator(MIN_JUDGE_TIMEOUT_S), MaxValueValidator(MAX_JUDGE_TIMEOUT_S)],
+        help_text=f"Seconds per call, {MIN_JUDGE_TIMEOUT_S:g} to {MAX_JUDGE_TIMEOUT_S:g}.",
+    )
+    price_in_per_mtok = models.FloatField(default=0.0, validators=[MinValueValidator(0.0)])
+    price_out_per_mtok = models.FloatField(default=0.0, validators=[MinValueValidator(0.0)])
     response_format = models.CharField(
         max_length=16, choices=ResponseFormat.choices, default=ResponseFormat.JSON_SCHEMA
     )

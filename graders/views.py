@@ -32,12 +32,11 @@ GRADES_PER_PAGE = 50
 @login_required
 def judges_page(request: HttpRequest, slug: str) -> HttpResponse:
     access = project_access(user=request.user, slug=slug, perm=Perm.SEE_SOURCES)
-    form = EndpointForm(request.POST or None)
+    form = EndpointForm(request.POST or None, project=access.project)
     if request.method == "POST":
         project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
         if form.is_valid():
             endpoint = form.save(commit=False)
-            endpoint.project = access.project
             if endpoint.is_default:
                 JudgeEndpoint.objects.filter(project=access.project).update(is_default=False)
             endpoint.save()

@@ -9,6 +9,11 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Coalesce, Greatest, Least
 
+# The largest value an integer column holds on every database the workbench runs on
+# (PostgreSQL's integer; SQLite's are wider): forms whose numbers are stored cap them at this,
+# so a huge number is a field error, not a database overflow.
+INT_FIELD_MAX = 2**31 - 1
+
 
 class Role(models.TextChoices):
     ADMIN = "admin", "Admin"

@@ -19,7 +19,7 @@ from graders.engine.audit import GROUNDINGS, SPECIFICITIES
 from graders.models import JudgeEndpoint
 from labeling.access import Perm, ProjectAccess, project_access
 from labeling.jobs import job_cancel
-from labeling.models import AuthorKind, JobStatus, Split
+from labeling.models import INT_FIELD_MAX, AuthorKind, JobStatus, Split
 from reviews.audit import (
     AuditInvalid,
     audit_domains,
@@ -52,7 +52,10 @@ class AuditForm(forms.Form):
         help_text="Instead of a split: task ids, one per line or separated by commas.",
     )
     max_calls = forms.IntegerField(
-        required=False, min_value=1, help_text="Stop after this many judge calls."
+        required=False,
+        min_value=1,
+        max_value=INT_FIELD_MAX,
+        help_text="Stop after this many judge calls.",
     )
     max_cost = forms.FloatField(
         required=False, min_value=0, help_text="Stop after this many dollars."

@@ -260,6 +260,8 @@ def test_grading_pages_for_reviewers_and_admins_only(
     )
     form = {"grader": grader.pk, "endpoint": judge.pk, "split": "eval"}
     assert reviewer.post(reverse("graders", args=["acme"]), form).status_code == 403
+    huge = admin.post(reverse("graders", args=["acme"]), form | {"max_calls": "9" * 30})
+    assert huge.status_code == 400 and "less than or equal to" in huge.content.decode()
     with django_capture_on_commit_callbacks() as callbacks:
         response = admin.post(reverse("graders", args=["acme"]), form)
     assert response.status_code == 302 and len(callbacks) == 1
@@ -292,6 +294,40 @@ def test_judges_page_adds_an_endpoint_without_storing_a_key(
         reverse("judges", args=["acme"]), form | {"name": "other", "base_url": "not a url"}
     )
     assert bad.status_code == 400 and "Enter a valid URL" in bad.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"name": "gpt"}, "This project already has a judge named &#x27;gpt&#x27;"),
+        ({"price_in_per_mtok": -1}, "greater than or equal to 0"),
+        ({"timeout_s": 0}, "greater than or equal to 0.1"),
+        ({"max_tokens": 0}, "greater than or equal to 1"),
+        ({"max_concurrency": 0}, "greater than or equal to 1"),
+        ({"max_concurrency": 100_000}, "less than or equal to 1024"),
+        ({"temperature": -5}, "greater than or equal to 0"),
+        ({"max_tokens": 10**30}, "less than or equal to 1000000"),
+    ],
+)
+def test_judge_settings_a_call_cannot_use_are_field_errors(
+    graded_project: Project, admin_user: Any, change: dict[str, Any], message: str
+) -> None:
+    from django.test import Client
+    from django.urls import reverse
+
+    admin = Client()
+    admin.force_login(admin_user)
+    form = {"name": "gpt", "base_url": "https://api.example.com/v1", "model": "gpt-x",
+            "temperature": 0, "max_tokens": 512, "max_concurrency": 16, "timeout_s": 60,
+            "price_in_per_mtok": 0, "price_out_per_mtok": 0, "response_format": "json_schema"}  # fmt: skip
+    assert admin.post(reverse("judges", args=["acme"]), form).status_code == 302
+    count = JudgeEndpoint.objects.count()
+
+    page = admin.post(reverse("judges", args=["acme"]), form | {"name": "other"} | change)
+
+    assert page.status_code == 400 and message in page.content.decode()
+    assert "Constraint" not in page.content.decode()  # named by field, not by the database
+    assert JudgeEndpoint.objects.count() == count
 
 
 def test_resume_button_requeues_a_stopped_run(

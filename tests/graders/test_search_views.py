@@ -251,6 +251,17 @@ def test_invalid_settings_are_shown_in_place(
     assert SearchRun.objects.count() == 0 and callbacks == []
 
 
+@pytest.mark.parametrize("field", ["seed", "max_calls", "n", "k", "iterations"])
+def test_a_number_too_large_to_store_is_a_field_error(
+    judge: JudgeEndpoint, admin_user: User, field: str
+) -> None:
+    huge = "9" * 30
+    response = logged_in(admin_user).post(url("searches"), start_form(judge, **{field: huge}))
+    assert response.status_code == 400
+    assert "Ensure this value is less than or equal to" in response.content.decode()
+    assert SearchRun.objects.count() == 0
+
+
 def test_a_project_without_labeled_selection_tasks_says_what_to_do(
     judge: JudgeEndpoint, admin_user: User
 ) -> None:

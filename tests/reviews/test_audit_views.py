@@ -210,6 +210,8 @@ def test_starting_an_audit_from_the_page(
     )
     unknown = client.post(url, {"endpoint": endpoint.pk, "task_ids": "deal-1, nope"})
     assert unknown.status_code == 400 and "no such task: nope" in unknown.content.decode()
+    huge = client.post(url, {"endpoint": endpoint.pk, "task_ids": "deal-1", "max_calls": "9" * 30})
+    assert huge.status_code == 400 and "less than or equal to" in huge.content.decode()
     with django_capture_on_commit_callbacks() as callbacks:
         started = client.post(url, {"endpoint": endpoint.pk, "task_ids": " deal-1 \r\n,"})
     run = AuditRun.objects.get()
