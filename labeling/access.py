@@ -53,17 +53,18 @@ def project_access(*, user: Any, slug: str, perm: Perm = Perm.VIEW) -> ProjectAc
     return access
 
 
-def job_access(*, user: Any, job_id: int, cancel: bool = False) -> Job:
-    """A job visible to `user`: their own, or one of a project they belong to. Cancelling
-    needs the project's admin role or to be the job's creator."""
+def job_access(*, user: Any, job_id: int, cancel: bool = False) -> tuple[Job, ProjectAccess | None]:
+    """A job visible to `user`: their own, or one of a project they belong to, with the user's
+    access to that project (None for a job of no project). Cancelling needs the project's
+    admin role or to be the job's creator."""
     job = Job.objects.select_related("project").filter(pk=job_id).first()
     if job is None or not user.is_authenticated:
         raise Http404
     if job.project is None:
         if job.created_by_id != user.pk:
             raise Http404
-        return job
+        return job, None
     access = project_access(user=user, slug=job.project.slug)
     if cancel and job.created_by_id != user.pk and not access.can(Perm.MANAGE):
         raise PermissionDenied("Only the job's creator or a project admin can cancel it.")
-    return job
+    return job, access

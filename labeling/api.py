@@ -169,12 +169,13 @@ def splits_create(request: Request, slug: str) -> Response:
 
 @api_view(["GET"])
 def job_get(request: Request, job_id: int) -> Response:
-    return Response(JobOutput(job_access(user=request.user, job_id=job_id)).data)
+    job, _ = job_access(user=request.user, job_id=job_id)
+    return Response(JobOutput(job).data)
 
 
 @api_view(["POST"])
 def job_cancel_create(request: Request, job_id: int) -> Response:
-    job = job_access(user=request.user, job_id=job_id, cancel=True)
+    job, _ = job_access(user=request.user, job_id=job_id, cancel=True)
     job_cancel(job=job)
     job.refresh_from_db()
     return Response(JobOutput(job).data)

@@ -6,8 +6,17 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    StreamingHttpResponse,
+)
+from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from labeling.access import Perm, job_access, project_access
@@ -130,11 +139,14 @@ def import_page(request: HttpRequest, slug: str) -> HttpResponse:
 
 @require_GET
 @login_required
-def export_download(request: HttpRequest, slug: str) -> StreamingHttpResponse:
+def export_download(request: HttpRequest, slug: str) -> HttpResponseBase:
     access = project_access(user=request.user, slug=slug, perm=Perm.EXPORT)
     kind = request.GET.get("kind", "labels")
     if kind not in EXPORT_KINDS:
-        raise Http404("Unknown export kind.")
+        return HttpResponseBadRequest(
+            f"Unknown export kind {kind[:40]!r}; use one of: {', '.join(EXPORT_KINDS)}.",
+            content_type="text/plain; charset=utf-8",
+        )
     export = label_export_record(project=access.project, kind=kind, user=request.user)
     records = export_records(project=access.project, kind=kind)
     response = StreamingHttpResponse(jsonl_lines(records), content_type="application/x-ndjson")
@@ -180,16 +192,46 @@ def splits_page(request: HttpRequest, slug: str) -> HttpResponse:
 @require_GET
 @login_required
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = job_access(user=request.user, job_id=job_id)
-    template = "labeling/job_detail.html"
+    job, access = job_access(user=request.user, job_id=job_id)
+    context = {"job": job, "project": job.project, "access": access}
     if request.htmx:
-        template += "#job-status"
-    return render(request, template, {"job": job, "project": job.project})
+        # The status alone, polled by this page or shown inside the page of the job's run,
+        # search or audit: Cancel brings the user back to that page.
+        context["back_to"] = request.htmx.current_url
+        return render(request, "labeling/job_detail.html#job-status", context)
+    context["title"] = job.kind.replace("_", " ").capitalize()
+    context["owner"] = _job_owner(job)
+    return render(request, "labeling/job_detail.html", context)
+
+
+# The pages of what a job runs for: (the Job's reverse accessor, what to call it, its URL name).
+_JOB_OWNERS = (
+    ("grading_run", "grading run", "grading-run"),
+    ("search_run", "search", "search"),
+    ("audit_run", "audit", "audit"),
+)
+
+
+def _job_owner(job: Job) -> tuple[str, str] | None:
+    """The name and address of the run, search or audit the job belongs to, if any."""
+    if job.project is None:
+        return None
+    for accessor, label, url_name in _JOB_OWNERS:
+        owner = getattr(job, accessor, None)  # a missing reverse one-to-one is an AttributeError
+        if owner is not None:
+            url = reverse(url_name, args=[job.project.slug, owner.pk])
+            return f"{label} #{owner.pk}", url
+    return None
 
 
 @require_POST
 @login_required
 def job_cancel_view(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = job_access(user=request.user, job_id=job_id, cancel=True)
+    job, _ = job_access(user=request.user, job_id=job_id, cancel=True)
     job_cancel(job=job)
+    back_to = request.POST.get("next", "")
+    if back_to and url_has_allowed_host_and_scheme(
+        back_to, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return redirect(back_to)
     return redirect("job-detail", job_id=job.pk)

@@ -276,6 +276,45 @@ def test_grading_pages_for_reviewers_and_admins_only(
     assert "Grade this trace from 0 to 1" in program
 
 
+def test_a_run_s_job_page_shows_the_project_links_back_and_cancel_returns_to_the_run(
+    graded_project: Project,
+    judge: JudgeEndpoint,
+    admin_user: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    from django.test import Client
+    from django.urls import reverse
+
+    grader = metagrader_register(
+        project=graded_project, program=baseline_program("scalar").to_json(), origin="baseline"
+    )
+    admin = Client()
+    admin.force_login(admin_user)
+    with django_capture_on_commit_callbacks():
+        admin.post(
+            reverse("graders", args=["acme"]),
+            {"grader": grader.pk, "endpoint": judge.pk, "split": "eval"},
+        )
+    run = GradingRun.objects.get()
+    job_url = reverse("job-detail", args=[run.job_id])
+    run_url = reverse("grading-run", args=["acme", run.pk])
+
+    page = admin.get(job_url).content.decode()
+
+    assert f"<h1>Grading job #{run.job_id}</h1>" in page
+    assert f'Runs the <a href="{run_url}">grading run #{run.pk}</a>' in page
+    assert "ada · admin" in page and 'href="/p/acme/graders/"' in page  # the project's menu
+    on_run_page = "http://testserver" + run_url
+    fragment = admin.get(job_url, headers={"HX-Request": "true", "HX-Current-URL": on_run_page})
+    assert f'name="next" value="{on_run_page}"' in fragment.content.decode()
+    elsewhere = admin.post(
+        reverse("job-cancel", args=[run.job_id]), {"next": "https://elsewhere.example/"}
+    )
+    assert elsewhere["Location"] == job_url  # only this site's pages
+    back = admin.post(reverse("job-cancel", args=[run.job_id]), {"next": on_run_page})
+    assert back.status_code == 302 and back["Location"] == on_run_page
+
+
 def test_judges_page_adds_an_endpoint_without_storing_a_key(
     graded_project: Project, admin_user: Any
 ) -> None:

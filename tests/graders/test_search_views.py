@@ -486,6 +486,8 @@ def test_program_page_reads_like_a_program_with_its_diff_and_lineage(
         project=project, program=child_program, origin="search", parent=parent
     )
     html = logged_in(reviewer_user).get(url("program", child.pk)).content.decode()
+    assert "<title>Grader child-prog</title>" in html
+    assert html.count("<h2>Exports and reward calls</h2>") == 1
     assert "<code>mean(grade.score, fresh.score)</code>" in html
     assert '<mark class="placeholder">{response}</mark>' in html
     assert '<span class="diff-removed">-  Check the cap.</span>' in html

@@ -158,4 +158,8 @@ def test_a_pairs_export_records_its_label_snapshot_on_the_page_the_api_and_the_c
     assert page["X-Label-Snapshot"] == api["X-Label-Snapshot"] == header
     assert f"snapshot-{snapshot.pk}.jsonl" in page["Content-Disposition"]
     assert header in err.getvalue()
+    bogus = client.get(reverse("export", args=[project.slug]) + "?kind=bogus")
+    assert bogus.status_code == 400
+    assert bogus.content.decode() == "Unknown export kind 'bogus'; use one of: labels, pairs."
+    assert LabelExport.objects.count() == 3  # nothing recorded for it
     assert exports[0].user == admin_user and exports[2].user is None
