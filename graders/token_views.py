@@ -1,6 +1,8 @@
 """The project's API tokens page: admins make tokens for training jobs (the secret is shown
 once, in the answer to the POST that made it), see when each was last used, and revoke them."""
 
+import json
+
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -14,6 +16,7 @@ from graders.models import ApiToken, TokenScope
 from graders.services import grader_selected
 from graders.tokens import MAX_RATE_PER_MINUTE, token_create, token_revoke
 from labeling.access import Perm, project_access
+from labeling.models import Project, Task
 
 
 class TokenForm(forms.Form):
@@ -62,6 +65,8 @@ def tokens_page(request: HttpRequest, slug: str) -> HttpResponse:
         "secret": secret,
         "selected": selected,
         "schema_url": request.build_absolute_uri(reverse("api-schema")),
+        # A task of the project, so the example call works as pasted (as JSON: ids are free text).
+        "example_task": json.dumps(_task_example(access.project)),
     }
     response = render(request, "graders/tokens.html", context, status=400 if form.errors else 200)
     # The page may carry a secret: no cache, proxy or back button keeps a copy.
@@ -79,3 +84,8 @@ def token_revoke_view(request: HttpRequest, slug: str, token_id: int) -> HttpRes
     token_revoke(token=token)
     messages.success(request, f"Token {token.name} ({token.prefix}) revoked.")
     return redirect("api-tokens", slug=slug)
+
+
+def _task_example(project: Project) -> str:
+    tasks = Task.objects.filter(project=project).order_by("pk")
+    return tasks.values_list("external_id", flat=True).first() or "t1"

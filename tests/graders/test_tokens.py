@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from graders.models import ApiToken
 from graders.tokens import TokenInvalid, token_authenticate, token_create, token_revoke
-from labeling.models import Project
+from labeling.models import Project, Task
 
 pytestmark = pytest.mark.django_db
 
@@ -71,6 +71,17 @@ def test_admin_makes_a_token_and_sees_the_secret_once(client: Client, admin_user
     listing = client.get(page()).content.decode()
     assert secrets[0] not in listing and not TOKEN.search(listing)
     assert "grpo-run-7" in listing and f"wbt_{token.prefix}_" in listing and "ada" in listing
+
+
+def test_the_example_call_names_a_task_of_the_project(
+    client: Client, admin_user: User, project: Project
+) -> None:
+    client.force_login(admin_user)
+    assert '{"task_id": &quot;t1&quot;, "responses"' in client.get(page()).content.decode()
+    Task.objects.create(project=project, external_id="deal-1", prompt="Summarise.")
+    Task.objects.create(project=project, external_id="deal-2", prompt="Summarise.")
+    html = client.get(page()).content.decode()
+    assert '{"task_id": &quot;deal-1&quot;, "responses"' in html  # the project's first task
 
 
 def test_a_bad_form_is_a_400_with_errors_and_no_token(client: Client, admin_user: User) -> None:

@@ -105,6 +105,10 @@ def test_nobody_can_submit_for_someone_elses_assignment(
 def test_reviewers_cannot_label(secretive: Project, reviewer_user: User) -> None:
     assert client_for(reviewer_user).get(reverse("label", args=["acme"])).status_code == 403
     assert client_for(reviewer_user).get(reverse("grade", args=["acme"])).status_code == 403
+    # ... and are not offered to.
+    label_link = f'href="{reverse("label", args=["acme"])}">Start labeling'
+    queue = reverse("queue", args=["acme"])
+    assert label_link not in client_for(reviewer_user).get(queue).content.decode()
 
 
 def test_queue_page_builds_for_admins_only(
@@ -112,6 +116,8 @@ def test_queue_page_builds_for_admins_only(
 ) -> None:
     url = reverse("queue", args=["acme"])
     assert "1 / 1" not in client_for(admin_user).get(url).content.decode()
+    label_link = f'href="{reverse("label", args=["acme"])}">Start labeling'
+    assert label_link in client_for(expert_user).get(url).content.decode()
     assert client_for(expert_user).post(url, {"pairs_per_task": 5, "seed": 1}).status_code == 403
     response = client_for(admin_user).post(url, {"pairs_per_task": 5, "seed": 1}, follow=True)
     assert "Queued 1 pairs." in response.content.decode()
