@@ -106,6 +106,16 @@ def rubric_generation_execute(*, job_id: int, redelivered: bool = False) -> dict
             error=f"{type(exc).__name__}: {exc}",
         )
         raise
+    failed = outcome.counts["failed"]
+    if failed and failed == sum(outcome.counts.values()):
+        # Nothing written, rewritten or kept: a failed job, not a success with footnotes.
+        first = outcome.failures[0]
+        error = (
+            f"No rubric was written: all {failed} task{'s' if failed > 1 else ''} failed "
+            f"(task {first['task']}: {first['error']})."
+        )
+        job_finish(job=job, status=JobStatus.FAILED, result=outcome.result(), error=error)
+        return {"job": job_id, "status": "failed", **outcome.counts}
     job_finish(job=job, status=JobStatus.SUCCEEDED, result=outcome.result())
     return {"job": job_id, "status": "succeeded", **outcome.counts}
 

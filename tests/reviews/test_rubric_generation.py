@@ -152,6 +152,9 @@ def test_failures_are_recorded_per_task_and_cancel_stops_the_job(
     assert result["failed"] == 1 and not Rubric.objects.filter(author_kind="generated").exists()
     job = Job.objects.get(kind="rubric_generation")
     assert job.result["failures"][0]["task"] == "t0" and job.result["failures"][0]["error"]
+    # Every task failed: the job failed, and says why.
+    assert job.status == "failed"
+    assert job.error.startswith("No rubric was written: all 1 task failed (task t0: ")
     queued = rubric_generation_start(project=review_project, task_ids=["t1"])
     job_cancel(job=queued)  # a queued job stops at once: its message finds nothing to do
     assert rubric_generation_execute(job_id=queued.pk)["skipped"]

@@ -1,5 +1,5 @@
-"""``manage.py load_demo [--judge-url URL]``: the demo project, users, baseline graders and the
-local demo judge endpoint, created once."""
+"""``manage.py load_demo [--judge-url URL]``: the demo project, users, baseline graders, the
+generated rubrics of its rubric review and the local demo judge endpoint, created once."""
 
 from typing import Any
 
@@ -7,6 +7,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from graders.services import baselines_ensure, local_demo_endpoint_ensure
 from labeling.demo import DEMO_PASSWORD, DEMO_USERS, demo_load
+from reviews.demo import demo_rubrics_load
 
 
 class Command(BaseCommand):
@@ -22,6 +23,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         project, created = demo_load()
         baselines_ensure(project=project)
+        if created:
+            demo_rubrics_load(project=project)
         local_demo_endpoint_ensure(project=project, base_url=options["judge_url"])
         self.stdout.write(
             f"Demo project {project.slug!r} {'created' if created else 'already present'}."
