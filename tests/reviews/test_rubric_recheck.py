@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from graders.grading import grading_run_execute
 from graders.models import GradingRun, JudgeEndpoint, Metagrader
-from labeling.models import Annotator, Preference, Response, Rubric, Score
+from labeling.models import Annotator, Job, JobStatus, Preference, Response, Rubric, Score
 from reviews.rubric_recheck import recheck_start, recheck_view, task_ranking_accuracy
 from tests.fakes.openai_server import FakeJudgeServer
 from tests.reviews.conftest import CLAUSE_FIXED
@@ -78,6 +78,30 @@ def test_an_edit_rechecks_only_the_edited_criterion_and_shows_before_and_after(
     assert 'data-state="finished"' in status and "0.667" in status and "1.000" in status
     assert 'id="judgement" hx-swap-oob="true"' in status
     assert 'id="recheck-spinner" hx-swap-oob="delete"' in status
+
+
+def test_a_newer_edit_stops_the_re_check_still_waiting_for_the_older_one(
+    generated: Rubric,
+    rubric_grader_selected: Metagrader,
+    review_judge: JudgeEndpoint,
+    reviewer_user: User,
+    fake_judge: FakeJudgeServer,
+) -> None:
+    older = recheck_start(rubric=generated, key="c1", user=reviewer_user)
+    running = recheck_start(rubric=generated, key="c2", user=reviewer_user)
+    Job.objects.filter(pk=running.job_id).update(status=JobStatus.RUNNING)
+    unrelated = recheck_start(rubric=generated, key=None, user=reviewer_user)
+    Job.objects.filter(pk=unrelated.job_id).update(params={})  # a run that is no re-check
+
+    newest = recheck_start(rubric=generated, key="c2", user=reviewer_user)
+
+    jobs = {run.pk: Job.objects.get(pk=run.job_id) for run in (older, running, unrelated, newest)}
+    assert jobs[older.pk].status == JobStatus.CANCELLED  # queued: stopped at once
+    assert jobs[running.pk].cancel_requested  # running: stops at its next progress report
+    assert not jobs[unrelated.pk].cancel_requested and not jobs[newest.pk].cancel_requested
+    calls = fake_judge.call_count
+    grading_run_execute(run_id=older.pk)
+    assert fake_judge.call_count == calls  # the stopped one asks the judge nothing
 
 
 def test_accuracy_against_expert_preferences_when_no_scores(generated: Rubric) -> None:
