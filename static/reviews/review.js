@@ -112,7 +112,9 @@
       const add = document.querySelector("#rubric-panel [data-add]");
       if (add) { add.focus(); return; }
     }
-    const items = allItems();
-    focusRow(rowByKey(wanted.key) || items[Math.min(Math.max(wanted.index, 0), items.length - 1)]);
+    // The row itself, else (it was deleted) the criterion now in its place, else the one
+    // before it: the last row's neighbour below is the "Add" item, which is not a row.
+    const list = rows();
+    focusRow(rowByKey(wanted.key) || list[Math.min(Math.max(wanted.index, 0), list.length - 1)]);
   });
 })();

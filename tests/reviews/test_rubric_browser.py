@@ -101,12 +101,17 @@ def test_reviewer_edits_a_criterion_inline_sees_the_recheck_and_restores(
     page.keyboard.press("Alt+ArrowUp")
     expect(page.locator("#rubric-panel li.criterion-row").first).to_have_attribute("data-key", "c2")
     expect(c2).to_be_focused()
+
+    page.keyboard.press("j")  # to c1, now the last row
+    page.keyboard.press("Delete")
+    expect(page.locator('#rubric-panel li.criterion-row[data-key="c1"]')).to_have_count(0)
+    expect(c2).to_be_focused()  # the row above it, not the page
     assert page.dialogs_seen == []
 
     generated.refresh_from_db()
-    assert generated.version == 4
-    assert list(generated.items.values_list("key", "text")) == [("c2", CLAUSE), ("c1", CAP)]
-    assert list(generated.revisions.values_list("editor", flat=True))[1:] == ["rob"] * 3
+    assert generated.version == 5
+    assert list(generated.items.values_list("key", "text")) == [("c2", CLAUSE)]
+    assert list(generated.revisions.values_list("editor", flat=True))[1:] == ["rob"] * 4
 
 
 def test_a_stale_save_shows_the_current_text_in_place_and_keeps_the_typed_one(
