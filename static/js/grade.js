@@ -1,8 +1,11 @@
-// Criterion grading, keyboard first: J/K move between criteria, P/F mark the focused one,
-// N opens its note, Esc leaves the note, Enter submits (htmx swaps in the next response).
+// Criterion grading, keyboard first: J/K move between criteria, P/F mark the focused one and
+// move on, N opens a note (right after P/F, on the criterion just marked, since a fail is what
+// needs explaining; else on the focused one), Esc leaves the note, Enter submits (htmx swaps
+// in the next response).
 (function () {
   "use strict";
   let index = 0;
+  let justMarked = -1;  // the criterion the last key marked, until another key moves on
 
   function items() { return Array.from(document.querySelectorAll("#grading-card [data-item]")); }
 
@@ -19,6 +22,7 @@
     if (!item) return;
     const radio = item.querySelector('input[type=radio][value="' + value + '"]');
     if (radio) radio.checked = true;
+    justMarked = index;
     const next = items().findIndex((node, n) => n > index && !node.querySelector("input[type=radio]:checked"));
     focus(next === -1 ? index : next);
   }
@@ -32,11 +36,18 @@
       return;  // Enter in a note submits the form natively
     }
     const key = event.key.toLowerCase();
+    const marked = justMarked;
+    justMarked = -1;
     if (key === "j") { event.preventDefault(); focus(index + 1); }
     else if (key === "k") { event.preventDefault(); focus(index - 1); }
     else if (key === "p") { event.preventDefault(); mark("pass"); }
     else if (key === "f") { event.preventDefault(); mark("fail"); }
-    else if (key === "n") { event.preventDefault(); const note = items()[index] && items()[index].querySelector(".note"); if (note) note.focus(); }
+    else if (key === "n") {
+      event.preventDefault();
+      if (marked !== -1) focus(marked);
+      const note = items()[index] && items()[index].querySelector(".note");
+      if (note) note.focus();
+    }
     else if (event.key === "Enter") { event.preventDefault(); form.requestSubmit(); }
   });
 

@@ -143,19 +143,25 @@
     });
   }
 
+  function introShown() {
+    const intro = state.card.querySelector("[data-intro]");
+    return Boolean(intro && !intro.hidden);
+  }
+
+  // The pair's time starts when its intro is put away, by Enter or by the Start button.
+  function introDismiss() {
+    state.card.querySelector("[data-intro]").hidden = true;
+    state.card.querySelector(".pair-body").hidden = false;
+    state.started = performance.now();
+  }
+
   document.addEventListener("keydown", (event) => {
     const target = event.target;
     if (target && (target.tagName === "INPUT" || target.tagName === "TEXTAREA" || target.isContentEditable)) return;
     if (event.altKey || event.ctrlKey || event.metaKey) return;
     if (!state) { if (event.key === "Backspace") { event.preventDefault(); previous(); } return; }
-    const intro = state.card.querySelector("[data-intro]");
-    if (intro && !intro.hidden) {
-      if (event.key === "Enter") {
-        event.preventDefault();
-        intro.hidden = true;
-        state.card.querySelector(".pair-body").hidden = false;
-        state.started = performance.now();
-      }
+    if (introShown()) {
+      if (event.key === "Enter") { event.preventDefault(); introDismiss(); }
       return;
     }
     const keys = { ArrowLeft: "left", ArrowRight: "right" };
@@ -168,6 +174,7 @@
 
   document.addEventListener("click", (event) => {
     if (!state) return;
+    if (event.target.closest("[data-intro-start]") && introShown()) { introDismiss(); return; }
     const pick = event.target.closest("[data-pick]");
     const confidence = event.target.closest("[data-confidence]");
     if (event.target.closest("[data-submit]")) { submit(); return; }

@@ -147,8 +147,13 @@ def test_two_annotators_at_once_never_get_the_same_pair(
         page.goto(f"{live_server.url}/p/lab/label/")
     for page in pages:
         intro = page.locator("[data-intro]")
-        if intro.count():
+        # One starts by keyboard, the other with the mouse (or a tap).
+        if page is pages[0]:
             page.keyboard.press("Enter")
+        else:
+            intro.get_by_role("button", name="Start").click()
+        expect(intro).to_be_hidden()
+        expect(page.locator(".pair-body")).to_be_visible()
     for _ in range(4):
         for page in pages:
             label_current(page, "ArrowLeft", "2")
@@ -230,9 +235,12 @@ def test_criterion_grading_by_keyboard(browser: Any, live_server: Any, tmp_path:
     expect(page.locator(".graded .text")).to_have_text("first")
     page.keyboard.press("p")  # c1 pass, focus moves to c2
     page.keyboard.press("f")  # c2 fail, focus moves on to c3
-    page.keyboard.press("k")
-    page.keyboard.press("n")
+    page.keyboard.press("n")  # right after a mark: the note of the criterion just failed
     page.keyboard.type("clause 4 is misquoted")
+    page.keyboard.press("Escape")
+    page.keyboard.press("k")  # to c1: N now notes the focused criterion
+    page.keyboard.press("n")
+    page.keyboard.type("exact")
     page.keyboard.press("Escape")
     page.keyboard.press("Enter")  # c3 unmarked: refused, shown in place
     expect(page.locator("#grading-card .error")).to_contain_text("not marked")
@@ -245,4 +253,8 @@ def test_criterion_grading_by_keyboard(browser: Any, live_server: Any, tmp_path:
     grades = {
         g.item.key: (g.passed, g.note) for g in CriterionGrade.objects.filter(annotator__user=user)
     }
-    assert grades == {"c1": (True, ""), "c2": (False, "clause 4 is misquoted"), "c3": (True, "")}
+    assert grades == {
+        "c1": (True, "exact"),
+        "c2": (False, "clause 4 is misquoted"),
+        "c3": (True, ""),
+    }

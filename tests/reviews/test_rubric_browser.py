@@ -19,7 +19,7 @@ from reviews.rubric_edit import criterion_save
 from reviews.rubric_recheck import recheck_start
 from tests.browser import logged_in_page
 from tests.fakes.openai_server import FakeJudgeServer
-from tests.reviews.conftest import CAP, CLAUSE, CLAUSE_FIXED
+from tests.reviews.conftest import CLAUSE, CLAUSE_FIXED
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
