@@ -1,12 +1,16 @@
 from django.urls import path
 
-from graders import bundle_views, search_views, views
+from graders import bundle_views, judge_views, search_views, views
 
+JUDGE = "p/<slug:slug>/judges/<int:endpoint_id>/"
 SEARCH = "p/<slug:slug>/searches/<int:search_id>/"
 CANDIDATE = SEARCH + "candidates/<int:candidate_id>/"
 
 urlpatterns = [
-    path("p/<slug:slug>/judges/", views.judges_page, name="judges"),
+    path("p/<slug:slug>/judges/", judge_views.judges_page, name="judges"),
+    path(JUDGE, judge_views.judge_edit, name="judge-edit"),
+    path(JUDGE + "default/", judge_views.judge_default, name="judge-default"),
+    path(JUDGE + "delete/", judge_views.judge_delete, name="judge-delete"),
     path("p/<slug:slug>/graders/", views.graders_page, name="graders"),
     path("p/<slug:slug>/graders/import/", bundle_views.bundle_upload, name="bundle-import"),
     path(

@@ -1,4 +1,4 @@
-"""Pages of the grading side: judges, graders and their programs, grading runs with their
+"""Pages of the grading side: graders and their programs, grading runs with their
 evaluation and traces, and the meta-evaluation of judges. Reviewers and admins see them;
 experts do not, so that judge opinions never reach a labeler."""
 
@@ -11,12 +11,11 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from graders.engine.programs import KINDS
 from graders.evaluation import meta_eval_rows
-from graders.forms import EndpointForm, RunForm
+from graders.forms import RunForm
 from graders.grading import grading_run_resume
 from graders.models import (
     Grade,
     GradingRun,
-    JudgeEndpoint,
     Metagrader,
 )
 from graders.program_diff import program_diff, program_steps, reward_text
@@ -26,29 +25,6 @@ from labeling.access import Perm, project_access
 from labeling.models import Provider
 
 GRADES_PER_PAGE = 50
-
-
-@require_http_methods(["GET", "POST"])
-@login_required
-def judges_page(request: HttpRequest, slug: str) -> HttpResponse:
-    access = project_access(user=request.user, slug=slug, perm=Perm.SEE_SOURCES)
-    form = EndpointForm(request.POST or None, project=access.project)
-    if request.method == "POST":
-        project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
-        if form.is_valid():
-            endpoint = form.save(commit=False)
-            if endpoint.is_default:
-                JudgeEndpoint.objects.filter(project=access.project).update(is_default=False)
-            endpoint.save()
-            messages.success(request, f"Judge {endpoint.name} added.")
-            return redirect("judges", slug=slug)
-    context = {
-        "access": access,
-        "project": access.project,
-        "endpoints": JudgeEndpoint.objects.filter(project=access.project),
-        "form": form,
-    }
-    return render(request, "graders/judges.html", context, status=400 if form.errors else 200)
 
 
 @require_http_methods(["GET", "POST"])

@@ -1,0 +1,117 @@
+"""The Judges page: the project's judge endpoints, added, edited, made the default and deleted
+by admins, seen by reviewers.
+
+An endpoint that runs, searches or audits have used keeps what decides its answers (base URL,
+model, temperature, max tokens, response format): those runs' grades and cached calls came
+from it, so a different model is a new endpoint. Its name, key variable, concurrency, timeout
+and prices can still change, and it cannot be deleted while anything refers to it."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db import transaction
+from django.db.models import ProtectedError, Q
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_http_methods, require_POST
+
+from graders.forms import EndpointForm
+from graders.models import JudgeEndpoint, SearchRun
+from labeling.access import Perm, ProjectAccess, project_access
+
+# What a judge call's answer depends on (and the judge cache's key with it).
+ANSWER_FIELDS = ("base_url", "model", "temperature", "max_tokens", "response_format")
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def judges_page(request: HttpRequest, slug: str) -> HttpResponse:
+    access = project_access(user=request.user, slug=slug, perm=Perm.SEE_SOURCES)
+    form = EndpointForm(request.POST or None, project=access.project)
+    if request.method == "POST":
+        project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
+        if form.is_valid():
+            endpoint = _saved(form)
+            messages.success(request, f"Judge {endpoint.name} added.")
+            return redirect("judges", slug=slug)
+    context = {
+        "access": access,
+        "project": access.project,
+        "endpoints": JudgeEndpoint.objects.filter(project=access.project),
+        "form": form,
+    }
+    return render(request, "graders/judges.html", context, status=400 if form.errors else 200)
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def judge_edit(request: HttpRequest, slug: str, endpoint_id: int) -> HttpResponse:
+    access, endpoint = _endpoint(request, slug, endpoint_id)
+    form = EndpointForm(request.POST or None, instance=endpoint, project=access.project)
+    used = _uses(endpoint)
+    if used:
+        for name in ANSWER_FIELDS:
+            form.fields[name].disabled = True
+            form.fields[name].help_text = f"Fixed: {used} used this endpoint."
+    if request.method == "POST" and form.is_valid():
+        _saved(form)
+        messages.success(request, f"Judge {endpoint.name} saved.")
+        return redirect("judges", slug=slug)
+    context = {"access": access, "project": access.project, "endpoint": endpoint, "form": form}
+    return render(request, "graders/judge_edit.html", context, status=400 if form.errors else 200)
+
+
+@require_POST
+@login_required
+def judge_default(request: HttpRequest, slug: str, endpoint_id: int) -> HttpResponse:
+    access, endpoint = _endpoint(request, slug, endpoint_id)
+    with transaction.atomic():
+        JudgeEndpoint.objects.filter(project=access.project).update(is_default=False)
+        JudgeEndpoint.objects.filter(pk=endpoint.pk).update(is_default=True)
+    messages.success(request, f"Judge {endpoint.name} is now the project's default.")
+    return redirect("judges", slug=slug)
+
+
+@require_POST
+@login_required
+def judge_delete(request: HttpRequest, slug: str, endpoint_id: int) -> HttpResponse:
+    _, endpoint = _endpoint(request, slug, endpoint_id)
+    try:
+        endpoint.delete()
+    except ProtectedError:
+        messages.error(
+            request,
+            f"Judge {endpoint.name} was not deleted: {_uses(endpoint)} used it, and their "
+            "records name it.",
+        )
+    else:
+        messages.success(request, f"Judge {endpoint.name} deleted.")
+    return redirect("judges", slug=slug)
+
+
+def _endpoint(
+    request: HttpRequest, slug: str, endpoint_id: int
+) -> tuple[ProjectAccess, JudgeEndpoint]:
+    access = project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
+    return access, get_object_or_404(JudgeEndpoint, pk=endpoint_id, project=access.project)
+
+
+def _saved(form: EndpointForm) -> JudgeEndpoint:
+    """Save the form's endpoint; a new default takes the place of the old one."""
+    with transaction.atomic():
+        endpoint: JudgeEndpoint = form.save(commit=False)
+        if endpoint.is_default:
+            others = JudgeEndpoint.objects.filter(project=endpoint.project).exclude(pk=endpoint.pk)
+            others.update(is_default=False)
+        endpoint.save()
+    return endpoint
+
+
+def _uses(endpoint: JudgeEndpoint) -> str:
+    """What has used the endpoint, in words ("3 grading runs and 1 search"); empty if nothing."""
+    searches = SearchRun.objects.filter(Q(endpoint=endpoint) | Q(proposer=endpoint)).count()
+    counts = (
+        (endpoint.runs.count(), "grading run", "grading runs"),
+        (searches, "search", "searches"),
+        (endpoint.audits.count(), "audit", "audits"),
+    )
+    return " and ".join(f"{n} {one if n == 1 else many}" for n, one, many in counts if n)

@@ -1,0 +1,123 @@
+"""The Judges page's admin actions: edit (what decides a judge's answers is fixed once runs
+used the endpoint), make default, delete (refused while anything refers to the endpoint)."""
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+
+from graders.engine.baseline import baseline_program
+from graders.models import GradingRun, JudgeEndpoint
+from graders.services import metagrader_register
+from labeling.models import Job, Project, Task
+
+pytestmark = pytest.mark.django_db
+
+SETTINGS = {"base_url": "https://api.example.com/v1", "model": "gpt-x", "temperature": 0,
+            "max_tokens": 512, "max_concurrency": 16, "timeout_s": 60, "price_in_per_mtok": 1,
+            "price_out_per_mtok": 2, "response_format": "json_schema"}  # fmt: skip
+
+
+def endpoint(project: Project, name: str, **changes: Any) -> JudgeEndpoint:
+    return JudgeEndpoint.objects.create(project=project, name=name, **(SETTINGS | changes))
+
+
+def client_for(user: User) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def url(name: str, judge: JudgeEndpoint) -> str:
+    return reverse(name, args=[judge.project.slug, judge.pk])
+
+
+def used_by_a_run(judge: JudgeEndpoint) -> None:
+    grader = metagrader_register(
+        project=judge.project, program=baseline_program("scalar").to_json(), origin="baseline"
+    )
+    job = Job.objects.create(project=judge.project, kind="grading")
+    GradingRun.objects.create(project=judge.project, metagrader=grader, endpoint=judge, job=job)
+
+
+def form(judge: JudgeEndpoint, **changes: Any) -> dict[str, Any]:
+    return {"name": judge.name, **SETTINGS, "is_default": ""} | changes
+
+
+def test_an_unused_endpoint_can_be_edited_in_full(project: Project, admin_user: User) -> None:
+    judge = endpoint(project, "gpt")
+    page = client_for(admin_user).get(url("judge-edit", judge)).content.decode()
+    assert 'name="model"' in page and "Fixed:" not in page
+
+    saved = client_for(admin_user).post(url("judge-edit", judge), form(judge, model="gpt-y"))
+
+    assert saved.status_code == 302 and saved["Location"] == reverse("judges", args=["acme"])
+    judge.refresh_from_db()
+    assert judge.model == "gpt-y"
+
+
+def test_a_used_endpoint_keeps_what_decides_its_answers(project: Project, admin_user: User) -> None:
+    judge = endpoint(project, "gpt")
+    used_by_a_run(judge)
+    page = client_for(admin_user).get(url("judge-edit", judge)).content.decode()
+    assert "Fixed: 1 grading run used this endpoint." in page
+
+    changes = {"name": "gpt-prod", "model": "gpt-y", "base_url": "https://other.example/v1",
+               "temperature": 1, "price_in_per_mtok": 3, "max_concurrency": 4}  # fmt: skip
+    saved = client_for(admin_user).post(url("judge-edit", judge), form(judge, **changes))
+
+    assert saved.status_code == 302
+    judge.refresh_from_db()
+    assert (judge.name, judge.price_in_per_mtok, judge.max_concurrency) == ("gpt-prod", 3, 4)
+    assert (judge.model, judge.base_url, judge.temperature) == (
+        "gpt-x",
+        "https://api.example.com/v1",
+        0,
+    )
+
+
+def test_make_default_moves_the_default(project: Project, admin_user: User) -> None:
+    first = endpoint(project, "first", is_default=True)
+    second = endpoint(project, "second")
+
+    client_for(admin_user).post(url("judge-default", second))
+
+    assert list(JudgeEndpoint.objects.filter(is_default=True)) == [second]
+    edited = client_for(admin_user).post(url("judge-edit", first), form(first, is_default="on"))
+    assert edited.status_code == 302
+    assert list(JudgeEndpoint.objects.filter(is_default=True)) == [first]
+
+
+def test_delete_removes_an_unused_endpoint_and_refuses_a_used_one(
+    project: Project, admin_user: User
+) -> None:
+    unused, used = endpoint(project, "unused"), endpoint(project, "used")
+    used_by_a_run(used)
+    admin = client_for(admin_user)
+
+    admin.post(url("judge-delete", unused))
+    refused = admin.post(url("judge-delete", used), follow=True).content.decode()
+
+    assert list(JudgeEndpoint.objects.values_list("name", flat=True)) == ["used"]
+    assert "Judge used was not deleted: 1 grading run used it" in refused
+    assert Task.objects.count() == 0  # nothing else went with it
+
+
+def test_only_the_projects_admins_change_judges(
+    project: Project, reviewer_user: User, outsider: User, admin_user: User
+) -> None:
+    judge = endpoint(project, "gpt")
+    for user, status in ((reviewer_user, 403), (outsider, 404)):
+        client = client_for(user)
+        assert client.get(url("judge-edit", judge)).status_code == status
+        assert client.post(url("judge-edit", judge), form(judge, model="y")).status_code == status
+        assert client.post(url("judge-default", judge)).status_code == status
+        assert client.post(url("judge-delete", judge)).status_code == status
+    judge.refresh_from_db()
+    assert judge.model == "gpt-x" and not judge.is_default
+    listing = client_for(reviewer_user).get(reverse("judges", args=["acme"])).content.decode()
+    assert "Make default" not in listing and url("judge-edit", judge) not in listing
+    admin_listing = client_for(admin_user).get(reverse("judges", args=["acme"])).content.decode()
+    assert "Make default" in admin_listing and url("judge-edit", judge) in admin_listing
