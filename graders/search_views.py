@@ -7,6 +7,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.db.models import Count, Max
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -34,6 +35,7 @@ from labeling.models import JobStatus
 STATUS_FRAGMENT, RESULTS_FRAGMENT = "search-status", "search-results"
 # Sent when the polled status sees the search stop, so the results refresh one last time.
 FINISHED_EVENT = "search-finished"
+SEARCHES_PAGE = 20
 RESUMABLE = (JobStatus.CANCELLED, JobStatus.FAILED)
 WINNER_METRICS = (
     ("tolerant_ranking_accuracy", "Tolerant ranking accuracy"),
@@ -65,9 +67,13 @@ def searches_page(request: HttpRequest, slug: str) -> HttpResponse:
         "can_manage": access.can(Perm.MANAGE),
         "problem": selection_problem(access.project),
         "has_endpoints": JudgeEndpoint.objects.filter(project=access.project).exists(),
-        "searches": SearchRun.objects.filter(project=access.project)
-        .select_related("job", "endpoint", "proposer", "winner__metagrader")
-        .annotate(candidate_count=Count("candidates"), best=Max("candidates__score")),
+        "searches": Paginator(
+            SearchRun.objects.filter(project=access.project)
+            .select_related("job", "endpoint", "proposer", "winner__metagrader")
+            .annotate(candidate_count=Count("candidates"), best=Max("candidates__score"))
+            .order_by("-created_at", "-pk"),
+            SEARCHES_PAGE,
+        ).get_page(request.GET.get("page")),
         "form": form,
     }
     return render(request, "graders/search_list.html", context, status=400 if form.errors else 200)

@@ -25,6 +25,8 @@ from labeling.access import Perm, project_access
 from labeling.models import Provider
 
 GRADES_PER_PAGE = 50
+LIST_PAGE = 50  # graders per page
+RUNS_PAGE = 20
 
 
 @require_http_methods(["GET", "POST"])
@@ -52,15 +54,20 @@ def graders_page(request: HttpRequest, slug: str) -> HttpResponse:
     context = {
         "access": access,
         "project": access.project,
-        "graders": Metagrader.objects.filter(project=access.project),
+        "graders": Paginator(Metagrader.objects.filter(project=access.project), LIST_PAGE).get_page(
+            request.GET.get("graders_page")
+        ),
         "selected": [
             selection
             for kind in KINDS
             if (selection := grader_selected(project=access.project, kind=kind))
         ],
-        "runs": GradingRun.objects.filter(project=access.project).select_related(
-            "metagrader", "endpoint", "job"
-        )[:20],
+        "runs": Paginator(
+            GradingRun.objects.filter(project=access.project)
+            .select_related("metagrader", "endpoint", "job")
+            .order_by("-pk"),
+            RUNS_PAGE,
+        ).get_page(request.GET.get("runs_page")),
         "form": form,
     }
     return render(request, "graders/graders.html", context, status=400 if form.errors else 200)
