@@ -138,6 +138,7 @@ def test_a_stale_save_shows_the_current_text_in_place_and_keeps_the_typed_one(
     expect(conflict).to_contain_text("Not saved.")
     expect(conflict.locator("[data-current-text]")).to_contain_text("Their wording.")
     expect(text).to_have_value("My wording.")
+    expect(text).to_be_focused()  # the conflict's form is in place, ready to save again
     generated.refresh_from_db()
     assert generated.items.get(key="c2").text == "Their wording."
     page.keyboard.press("Enter")  # saving again, having read theirs, replaces it knowingly
