@@ -4,7 +4,12 @@ from labeling.models import Split
 
 
 class ImportForm(forms.Form):
-    file = forms.FileField(help_text="A JSON Lines file in the import format.")
+    file = forms.FileField(
+        help_text="A JSON Lines file in the import format.",
+        widget=forms.ClearableFileInput(
+            attrs={"accept": ".jsonl,.ndjson,.json,.txt,application/x-ndjson,application/json"}
+        ),
+    )
 
 
 class SplitForm(forms.Form):

@@ -12,6 +12,7 @@ Every problem of both passes is collected with its line number and field. If the
 transaction is rolled back and ImportRejected carries the list: nothing is written.
 """
 
+import json
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -86,11 +87,25 @@ class ImportReport:
     lines: int = 0
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RECORD_TYPES, 0))
 
+    def summary(self) -> str:
+        """ "Imported 3 lines: 1 task, 2 responses."."""
+        records = ", ".join(
+            _counted(n, kind.replace("_", " ")) for kind, n in self.counts.items() if n
+        )
+        return f"Imported {_counted(self.lines, 'line')}: {records or 'no records'}."
+
+
+def _counted(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
 
 class _Errors:
     def __init__(self) -> None:
         self.items: list[LineError] = []
         self.total = 0
+        # (type, id or name) of records on lines that failed, so a reference to one says so
+        # instead of calling it missing.
+        self.bad_lines: dict[tuple[str, str], int] = {}
 
     def add(self, line: int, field_name: str, message: str) -> None:
         self.total += 1
@@ -123,6 +138,43 @@ class _Spool:
             handle.close()
 
 
+def _record_named(raw: bytes) -> tuple[str, str] | None:
+    """(type, id or name) of a line that failed validation, if it says them."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    kind, name = data.get("type"), data.get("id", data.get("name"))
+    return (kind, name) if isinstance(kind, str) and isinstance(name, str) else None
+
+
+# What users upload by mistake, by the first bytes of the file.
+_NOT_JSONL = (
+    (b"\x89PNG", "a PNG image"),
+    (b"\xff\xd8\xff", "a JPEG image"),
+    (b"GIF8", "a GIF image"),
+    (b"%PDF", "a PDF document"),
+    (b"PK\x03\x04", "a ZIP archive (as .xlsx and .docx files are)"),
+    (b"\x1f\x8b", "a gzip archive (decompress it first)"),
+)
+_SNIFF_BYTES = 8192
+
+
+def _file_kind_check(path: Path) -> None:
+    """Refuse at once, in one message, a file that is plainly not text: otherwise every line
+    of an image would be reported as bad UTF-8."""
+    with open(path, "rb") as handle:
+        head = handle.read(_SNIFF_BYTES)
+    found = next((name for magic, name in _NOT_JSONL if head.startswith(magic)), None)
+    if found is None and b"\x00" in head:
+        found = "a binary file (it has NUL bytes)"
+    if found is not None:
+        message = f"this is {found}, not a JSON Lines file (one JSON object per line, UTF-8)"
+        raise ImportRejected([LineError(1, "(file)", message)], 1)
+
+
 def _lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
     """Yield (line number, bytes read so far, line) for each non-blank line."""
     offset = 0
@@ -146,6 +198,9 @@ def _scan(
         except RecordInvalid as exc:
             for field_name, message in exc.problems:
                 errors.add(number, field_name, message)
+            named = _record_named(raw)
+            if named is not None:
+                errors.bad_lines.setdefault(named, number)
             continue
         key = record.key()
         fingerprint = record.fingerprint()
@@ -198,7 +253,12 @@ class _Writer:
         return dict(rows.values_list("name", "pk"))
 
     def missing(self, line: int, field_name: str, kind: str, value: str) -> None:
-        self.errors.add(line, field_name, f"{kind} {value!r} not found in this file or the project")
+        bad = self.errors.bad_lines.get((kind, value))
+        if bad is not None:
+            message = f"{kind} {value!r} is on line {bad}, which has errors: fix that line first"
+        else:
+            message = f"{kind} {value!r} not found in this file or the project"
+        self.errors.add(line, field_name, message)
 
     # One method per record type --------------------------------------------------------
 
@@ -527,6 +587,7 @@ def jsonl_import(
     write batches; yes rolls everything back and raises ImportStopped.
     """
     report_progress: Progress = progress or (lambda stage, done, total: None)
+    _file_kind_check(path)
     errors = _Errors()
     report = ImportReport()
     with tempfile.TemporaryDirectory(prefix="import-") as folder:

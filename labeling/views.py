@@ -128,11 +128,7 @@ def import_page(request: HttpRequest, slug: str) -> HttpResponse:
             return render(request, "labeling/import.html", context, status=400)
         if isinstance(outcome, Job):
             return redirect("job-detail", job_id=outcome.pk)
-        messages.success(
-            request,
-            f"Imported {outcome.lines} lines: "
-            + ", ".join(f"{n} {kind}" for kind, n in outcome.counts.items() if n),
-        )
+        messages.success(request, outcome.summary())
         return redirect("project-overview", slug=slug)
     return render(request, "labeling/import.html", context, status=400 if form.errors else 200)
 

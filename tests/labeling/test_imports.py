@@ -112,6 +112,40 @@ def test_a_reimport_that_drops_a_graded_criterion_keeps_the_grade_for_its_return
     assert not RetiredCriterionGrade.objects.exists()
 
 
+@pytest.mark.parametrize(
+    ("head", "named"),
+    [
+        (b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4, "a PNG image"),
+        (b"PK\x03\x04" + b"\x00" * 100, "a ZIP archive (as .xlsx and .docx files are)"),
+        (b'{"type": "task"}\n\x00\x01\x02', "a binary file (it has NUL bytes)"),
+    ],
+)
+def test_a_file_that_is_not_text_is_refused_in_one_message(
+    project: Project, tmp_path: Path, head: bytes, named: str
+) -> None:
+    path = tmp_path / "upload.jsonl"
+    path.write_bytes(head + b"\n" * 50)
+    error = rejected(project, path)
+    assert [(e.line, e.field, e.message) for e in error.errors] == [
+        (1, "(file)", f"this is {named}, not a JSON Lines file (one JSON object per line, UTF-8)")
+    ]
+    assert Task.objects.count() == 0
+
+
+def test_a_reference_to_a_record_on_a_bad_line_points_at_that_line(
+    project: Project, tmp_path: Path
+) -> None:
+    records = [
+        {"type": "task", "id": "t1", "prompt": ""},  # an empty prompt is not allowed
+        {"type": "response", "id": "t1/r1", "task": "t1", "content": "x"},
+        {"type": "response", "id": "t2/r1", "task": "t2", "content": "y"},
+    ]
+    error = rejected(project, write_jsonl(tmp_path / "a.jsonl", records))
+    messages = {e.line: e.message for e in error.errors}
+    assert messages[2] == "task 't1' is on line 1, which has errors: fix that line first"
+    assert messages[3] == "task 't2' not found in this file or the project"
+
+
 def test_same_label_with_sides_swapped_is_not_a_change(project: Project, tmp_path: Path) -> None:
     jsonl_import(project=project, path=write_jsonl(tmp_path / "a.jsonl", basic_records()))
     swapped = [{"type": "preference", "a": "t1/r2", "b": "t1/r1", "choice": "b", "confidence": 2,

@@ -43,6 +43,7 @@ def test_large_upload_becomes_a_job_that_runs_once(
     assert not stored.exists()
     job.refresh_from_db()
     assert job.result["counts"]["task"] == 2 and job.finished_at is not None
+    assert job.result["summary"].startswith("Imported 16 lines: 1 dimension, 2 tasks, 4 responses")
     assert job.stage == "Writing records" and job.total == 16
     # A second delivery of the same message finds the job taken and does nothing.
     assert import_job_run(job_id=job.pk) == {"job": job.pk, "skipped": True}

@@ -116,7 +116,12 @@ def test_import_page_imports_a_small_file_inline(project: Project, admin_user: U
     response = logged_in(admin_user).post(
         reverse("import", args=["acme"]), {"file": SimpleUploadedFile("f.jsonl", good)}, follow=True
     )
-    assert "Imported 1 lines: 1 task" in response.content.decode()
+    page = response.content.decode()
+    assert "Imported 1 line: 1 task." in page
+    assert (
+        'accept=".jsonl,.ndjson,.json,.txt,application/x-ndjson,application/json"'
+        in logged_in(admin_user).get(reverse("import", args=["acme"])).content.decode()
+    )
     assert Task.objects.filter(project=project).count() == 1
 
 
