@@ -166,6 +166,12 @@ def _rewards_evaluate(
             )
         except ValueError:
             summary["within_task_spearman"] = None
+    if summary["tasks"] < 2:
+        # Resampling one task gives that task every time: the interval is a point, which
+        # reads as certainty. Say there is none.
+        for metric in summary.values():
+            if isinstance(metric, dict) and "ci" in metric:
+                metric["no_interval"] = True
     return summary
 
 

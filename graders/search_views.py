@@ -18,7 +18,7 @@ from django_htmx.http import trigger_client_event
 from graders.candidates import candidates_ranked
 from graders.charts import curve_svg, curve_warning
 from graders.forms import ResumeSearchForm, SearchForm
-from graders.models import Candidate, JudgeEndpoint, Metagrader, SearchRun
+from graders.models import Candidate, GradingRun, JudgeEndpoint, Metagrader, SearchRun
 from graders.search import (
     SearchInvalid,
     candidate_eval_start,
@@ -255,6 +255,7 @@ def _results_context(access: ProjectAccess, search: SearchRun) -> dict[str, Any]
         "selected": selected,
         "winner": winner,
         "winner_metrics": _winner_metrics(winner) if winner else [],
+        "held_out_shown": bool(winner and winner.eval_run and _held_out(winner.eval_run)),
         "chart": curve_svg(search.curve) if search.curve else "",
         "curve_rows": [_curve_row(point) for point in search.curve],
         "curve_warning": curve_warning(search.curve),
@@ -270,6 +271,11 @@ def _winner_metrics(winner: Candidate) -> list[tuple[str, Any, Any]]:
         for key, label in WINNER_METRICS
         if selection.get(key) or evaluation.get(key)
     ]
+
+
+def _held_out(run: GradingRun) -> bool:
+    """Whether the run's by-domain table marks a held-out domain (its note explains them)."""
+    return any(row.get("held_out") for row in (run.evaluation or {}).get("by_domain", []))
 
 
 def _curve_row(point: dict[str, Any]) -> dict[str, Any]:

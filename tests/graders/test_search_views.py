@@ -309,6 +309,17 @@ def test_winner_report_shows_both_splits_and_the_domains(
     assert tax.index("held out") < tax.index("</tr>") and "0.550" in tax
     legal = report[report.index("<td>legal") :]
     assert "held out" not in legal[: legal.index("</tr>")]
+    assert "A held-out domain has no task in D_meta" in report
+
+    run = search.winner.eval_run  # type: ignore[union-attr]
+    for row in run.evaluation["by_domain"]:
+        row["held_out"] = False
+        row["ranking_accuracy"]["no_interval"] = True
+    run.save(update_fields=["evaluation"])
+    html = logged_in(reviewer_user).get(url("search", search.pk)).content.decode()
+    report = html[html.index("Winner:") : html.index("Search curve")]
+    assert "A held-out domain" not in report  # nothing to explain
+    assert "0.700 <small" in report and "(one task: no interval)</small>" in report
 
 
 def test_the_curve_is_drawn_with_one_point_per_round_and_a_text_table(
