@@ -7,6 +7,7 @@ a dead worker), grades are unique per run and response, and every deterministic 
 in the cache, so a redelivered or resumed run repeats no finished work and no judge call."""
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import timedelta
@@ -271,17 +272,41 @@ def run_budget(max_calls: int | None, max_cost: float | None, spent: dict[str, A
     )
 
 
+class _AnswerCountingCache(DatabaseJudgeCache):
+    """The database judge cache, calling `answered(count)` on the calling thread after each
+    new answer it stores: a slow judge's run shows its calls long before a task is done."""
+
+    def __init__(self, model: str, answered: Callable[[int], None]) -> None:
+        super().__init__(model)
+        self.answered = answered
+        self.count = 0
+
+    def _put(self, key: str, value: dict[str, Any]) -> None:
+        super()._put(key, value)
+        self.count += 1
+        self.answered(self.count)
+
+
 def run_grade(
-    run: GradingRun, *, budget: Budget, progress: Callable[[int, int], None]
+    run: GradingRun,
+    *,
+    budget: Budget,
+    progress: Callable[[int, int], None],
+    answered: Callable[[int], None] | None = None,
 ) -> tuple[Usage, bool]:
     """Grade every task of the run that can be claimed, chunk by chunk, storing each chunk's
     grades and usage as it lands; `progress(done, total)` is called before each chunk and may
-    raise (JobCancelled) to stop. Returns this pass's usage and whether the budget ran out;
+    raise (JobCancelled) to stop; `answered(count)`, if given, after each new judge answer of
+    this pass (it must not raise). Returns this pass's usage and whether the budget ran out;
     claims are released on any way out, so nothing stays held."""
     program = program_validate(run.metagrader.program)
     settings = endpoint_settings(run.endpoint)
     total = GradingItem.objects.filter(run=run).count()
-    cache = DatabaseJudgeCache(settings.model)
+    cache = (
+        DatabaseJudgeCache(settings.model)
+        if answered is None
+        else _AnswerCountingCache(settings.model, answered)
+    )
     usage = Usage()
     items: list[GradingItem] = []
     try:
@@ -322,9 +347,21 @@ def grading_run_execute(*, run_id: int) -> dict[str, Any]:
     def progress(done: int, total: int) -> None:
         job_progress(job=job, stage="Grading tasks", done=done, total=total)
 
+    shown = [0.0]
+
+    def answered(count: int) -> None:
+        # At most once a second: the page polls about as often.
+        if time.monotonic() - shown[0] >= 1.0:
+            shown[0] = time.monotonic()
+            stage = f"Grading tasks · {count} new judge answer{'' if count == 1 else 's'}"
+            Job.objects.filter(pk=job.pk).update(stage=stage)
+
     try:
         _, budget_spent = run_grade(
-            run, budget=run_budget(run.max_calls, run.max_cost, run.usage), progress=progress
+            run,
+            budget=run_budget(run.max_calls, run.max_cost, run.usage),
+            progress=progress,
+            answered=answered,
         )
     except JobCancelled:
         job_finish(job=job, status=JobStatus.CANCELLED, error="Cancelled; grades so far are kept.")

@@ -165,6 +165,28 @@ def test_budget_stops_cleanly_and_resume_finishes_without_repeating_calls(
     assert Grade.objects.filter(run=run).count() == 9
 
 
+def test_a_run_reports_each_new_judge_answer_as_it_lands(
+    graded_project: Project, judge: JudgeEndpoint, fake_judge: FakeJudgeServer
+) -> None:
+    from graders.grading import run_budget, run_grade
+
+    run = run_for(graded_project, judge, "scalar")
+    chunks: list[tuple[int, int]] = []
+    answers: list[int] = []
+    run_grade(
+        run, budget=run_budget(None, None, {}), progress=lambda d, t: chunks.append((d, t)),
+        answered=answers.append,
+    )  # fmt: skip
+    # One count per answer stored, in order, whatever the chunks: 9 responses, one call each.
+    assert answers == list(range(1, fake_judge.call_count + 1)) and len(answers) == 9
+    assert chunks[0] == (0, 3)  # three tasks, reported chunk by chunk
+    rerun = run_for(graded_project, judge, "scalar")
+    again: list[int] = []
+    run_grade(rerun, budget=run_budget(None, None, {}), progress=lambda d, t: None,
+              answered=again.append)  # fmt: skip
+    assert again == []  # all from the cache: nothing new to report
+
+
 def test_cancel_stops_the_run_and_keeps_it_resumable(
     graded_project: Project, judge: JudgeEndpoint
 ) -> None:
