@@ -258,3 +258,20 @@ def test_criterion_grading_by_keyboard(browser: Any, live_server: Any, tmp_path:
         "c2": (False, "clause 4 is misquoted"),
         "c3": (True, ""),
     }
+
+
+def test_on_a_phone_the_page_fits_and_the_responses_stack(
+    browser: Any, live_server: Any, tmp_path: Path
+) -> None:
+    project = labeling_project(tmp_path)
+    page = logged_in_page(browser, live_server, expert(project))
+    page.set_viewport_size({"width": 420, "height": 800})
+    page.goto(f"{live_server.url}/p/lab/label/")
+    page.get_by_role("button", name="Start").click()
+    left, right = page.locator(".side").all()
+    expect(right).to_be_visible()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 420  # no sideways scroll
+    left_box, right_box = left.bounding_box(), right.bounding_box()
+    assert left_box is not None and right_box is not None
+    assert right_box["y"] >= left_box["y"] + left_box["height"]  # one under the other
+    assert left_box["width"] > 300  # each takes the width, not half of it
