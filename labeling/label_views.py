@@ -26,6 +26,7 @@ from labeling.queue import (
 )
 from labeling.selectors import (
     agreement_labels,
+    criterion_grading_left,
     criterion_grading_next,
     criterion_grading_view,
     pair_view,
@@ -126,7 +127,13 @@ def _grading_card(
             annotator=annotator,
             unsaved={m.item_id: (m.passed, m.note) for m in unsaved or []},
         )
-    context = {"access": access, "project": access.project, "grading": grading, "error": error}
+    context = {
+        "access": access,
+        "project": access.project,
+        "grading": grading,
+        "error": error,
+        "left": criterion_grading_left(project=access.project, annotator=annotator),
+    }
     template = "labeling/grade.html" + ("#grading-card" if fragment else "")
     return render(request, template, context, status=422 if error else 200)
 

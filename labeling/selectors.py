@@ -175,6 +175,15 @@ def pair_view(*, assignment: QueueAssignment) -> dict[str, Any]:
 def criterion_grading_next(*, project: Project, annotator: Annotator) -> Response | None:
     """The next response with an expert rubric that this annotator has not fully graded:
     meta and selection tasks first, then by task and response id."""
+    return _criterion_grading_open(project, annotator).only("pk", "external_id", "task_id").first()
+
+
+def criterion_grading_left(*, project: Project, annotator: Annotator) -> int:
+    """How many responses this annotator has still to grade criterion by criterion."""
+    return _criterion_grading_open(project, annotator).count()
+
+
+def _criterion_grading_open(project: Project, annotator: Annotator) -> QuerySet[Response]:
     # The expert rubric is the one without an origin; other expert rubrics are not graded here.
     graded = CriterionGrade.objects.filter(
         response=OuterRef("pk"),
@@ -203,7 +212,7 @@ def criterion_grading_next(*, project: Project, annotator: Annotator) -> Respons
         )
         .order_by("early", "task__external_id", "external_id")
     )
-    return candidates.only("pk", "external_id", "task_id").first()
+    return candidates
 
 
 def criterion_grading_view(

@@ -233,6 +233,9 @@ def test_criterion_grading_by_keyboard(browser: Any, live_server: Any, tmp_path:
     page = logged_in_page(browser, live_server, user)
     page.goto(f"{live_server.url}/p/lab/grade/")
     expect(page.locator(".graded .text")).to_have_text("first")
+    expect(page.locator("[data-left]")).to_have_text(
+        "2 responses left to grade, this one included."
+    )
     page.keyboard.press("p")  # c1 pass, focus moves to c2
     page.keyboard.press("f")  # c2 fail, focus moves on to c3
     page.keyboard.press("n")  # right after a mark: the note of the criterion just failed
@@ -243,13 +246,16 @@ def test_criterion_grading_by_keyboard(browser: Any, live_server: Any, tmp_path:
     page.keyboard.type("exact")
     page.keyboard.press("Escape")
     page.keyboard.press("Enter")  # c3 unmarked: refused, shown in place
-    expect(page.locator("#grading-card .error")).to_contain_text("not marked")
+    expect(page.locator("#grading-card p.error")).to_contain_text("not marked")
+    expect(page.locator(".criterion.unmarked")).to_have_count(1)  # which one, marked out
+    expect(page.locator(".criterion.unmarked")).to_contain_text("Flags the MAC.")
     expect(page.locator(".criterion.focused")).to_contain_text("Flags the MAC.")  # first unmarked
     page.keyboard.press("k")
     page.keyboard.press("j")
     page.keyboard.press("p")
     page.keyboard.press("Enter")
     expect(page.locator(".graded .text")).to_have_text("second")
+    expect(page.locator("[data-left]")).to_have_text("1 response left to grade, this one included.")
     grades = {
         g.item.key: (g.passed, g.note) for g in CriterionGrade.objects.filter(annotator__user=user)
     }
