@@ -188,20 +188,34 @@ async def _rubrics_write(
 
 
 def _rekeyed(rubric: Rubric, written: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """`written` with a new key for each criterion whose key has only ever held other texts in
-    this rubric: the judge numbers criteria c1, c2, ... afresh each time, and experts' grades on
-    the old c2 must not pass to a different criterion that happens to be numbered c2 now. A
-    key that once held the written text (a reviewer's edit being undone) stays."""
-    texts: dict[str, set[str]] = {}
+    """`written` keyed so that a criterion keeps its experts' grades and no grade passes to a
+    different criterion. The judge numbers criteria c1, c2, ... afresh each time, so a number
+    says little: a criterion takes the key that holds (or once held) its text; else its own
+    number, if that number never held another text; else a key never used."""
+    held: dict[str, set[str]] = {}  # key -> every text it has held, current ones included
     for items in rubric.revisions.values_list("items", flat=True):
         for item in items:
-            texts.setdefault(item["id"], set()).add(item["text"])
-    clashing = [
-        item["id"] for item in written if item["text"] not in texts.get(item["id"], {item["text"]})
-    ]
-    taken = {item["id"] for item in written}
-    fresh = dict(zip(clashing, rubric_keys_unused(rubric, len(clashing), taken), strict=True))
-    return [{**item, "id": fresh.get(item["id"], item["id"])} for item in written]
+            held.setdefault(item["id"], set()).add(item["text"])
+    current = rubric_items_snapshot(rubric)
+    by_text = {item["text"]: item["id"] for item in current}
+    for key, texts in held.items():
+        for text in texts:
+            by_text.setdefault(text, key)
+    keys: list[str | None] = [None] * len(written)
+    used: set[str] = set()
+    for at, item in enumerate(written):
+        key = by_text.get(item["text"])
+        if key is not None and key not in used:
+            keys[at] = key
+            used.add(key)
+    for at, item in enumerate(written):
+        own = item["id"]
+        if keys[at] is None and own not in used and held.get(own, {item["text"]}) <= {item["text"]}:
+            keys[at] = own
+            used.add(own)
+    missing = [at for at, key in enumerate(keys) if key is None]
+    fresh = iter(rubric_keys_unused(rubric, len(missing), used | {i["id"] for i in written}))
+    return [{**item, "id": key or next(fresh)} for item, key in zip(written, keys, strict=True)]
 
 
 def generated_rubric_store(

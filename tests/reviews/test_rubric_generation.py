@@ -118,6 +118,33 @@ def test_a_regenerated_criterion_under_an_old_number_gets_a_new_key(
     assert RetiredCriterionGrade.objects.get().item_text == CLAUSE
 
 
+def test_a_regeneration_that_renumbers_keeps_each_criterion_s_key_and_grades(
+    review_project: Project,
+    rubric_grader_selected: Metagrader,
+    review_judge: JudgeEndpoint,
+) -> None:
+    generate(review_project, ["t0"])
+    rubric = Rubric.objects.get(author_kind="generated")
+    expert_marks(rubric, {("c1", "GOOD"): True, ("c2", "GOOD"): False})
+    new = "Names the buyer."
+    written = GeneratedRubric(
+        "t0", (Criterion("c1", new), Criterion("c2", CAP, 2.0), Criterion("c3", CLAUSE)), None, ()
+    )  # one criterion added at the top: the judge numbers the old two c2 and c3 now
+
+    generated_rubric_store(
+        task_pk=rubric.task_id, origin=rubric.origin, generated=written, editor="regenerated"
+    )
+
+    assert list(rubric.items.values_list("key", "text")) == [
+        ("c4", new),
+        ("c1", CAP),
+        ("c2", CLAUSE),
+    ]
+    kept = CriterionGrade.objects.filter(item__rubric=rubric)
+    assert sorted(kept.values_list("item__text", "passed")) == [(CLAUSE, False), (CAP, True)]
+    assert not RetiredCriterionGrade.objects.exists()
+
+
 def test_a_grading_run_reads_the_reviewed_rubric_instead_of_writing_one(
     review_project: Project,
     rubric_grader_selected: Metagrader,
