@@ -17,6 +17,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from graders.forms import EndpointForm
 from graders.models import JudgeEndpoint, SearchRun
 from labeling.access import Perm, ProjectAccess, project_access
+from labeling.models import Job
 
 # What a judge call's answer depends on (and the judge cache's key with it).
 ANSWER_FIELDS = ("base_url", "model", "temperature", "max_tokens", "response_format")
@@ -53,9 +54,23 @@ def judge_edit(request: HttpRequest, slug: str, endpoint_id: int) -> HttpRespons
             form.fields[name].disabled = True
             form.fields[name].help_text = f"Fixed: {used} used this endpoint."
     if request.method == "POST" and form.is_valid():
-        _saved(form)
-        messages.success(request, f"Judge {endpoint.name} saved.")
-        return redirect("judges", slug=slug)
+        with transaction.atomic():
+            # Read again under a lock: a run may have started since the form was made.
+            locked = JudgeEndpoint.objects.select_for_update().get(pk=endpoint.pk)
+            answers_change = any(
+                getattr(locked, name) != form.cleaned_data[name] for name in ANSWER_FIELDS
+            )
+            if answers_change and _uses(locked):
+                form.add_error(
+                    None,
+                    f"Not saved: {_uses(locked)} used this endpoint meanwhile, so its base URL, "
+                    "model, temperature, max tokens and response format stay.",
+                )
+            else:
+                _saved(form)
+        if not form.errors:
+            messages.success(request, f"Judge {endpoint.name} saved.")
+            return redirect("judges", slug=slug)
     context = {"access": access, "project": access.project, "endpoint": endpoint, "form": form}
     return render(request, "graders/judge_edit.html", context, status=400 if form.errors else 200)
 
@@ -75,13 +90,18 @@ def judge_default(request: HttpRequest, slug: str, endpoint_id: int) -> HttpResp
 @login_required
 def judge_delete(request: HttpRequest, slug: str, endpoint_id: int) -> HttpResponse:
     _, endpoint = _endpoint(request, slug, endpoint_id)
-    try:
-        endpoint.delete()
-    except ProtectedError:
+    with transaction.atomic():
+        JudgeEndpoint.objects.select_for_update().filter(pk=endpoint.pk).first()
+        uses = _uses(endpoint)
+        if not uses:
+            try:
+                endpoint.delete()
+            except ProtectedError:  # something new refers to it
+                uses = _uses(endpoint) or "something"
+    if uses:
         messages.error(
             request,
-            f"Judge {endpoint.name} was not deleted: {_uses(endpoint)} used it, and their "
-            "records name it.",
+            f"Judge {endpoint.name} was not deleted: {uses} used it, and their records name it.",
         )
     else:
         messages.success(request, f"Judge {endpoint.name} deleted.")
@@ -107,11 +127,17 @@ def _saved(form: EndpointForm) -> JudgeEndpoint:
 
 
 def _uses(endpoint: JudgeEndpoint) -> str:
-    """What has used the endpoint, in words ("3 grading runs and 1 search"); empty if nothing."""
+    """What has used the endpoint, in words ("3 grading runs and 1 search"); empty if nothing.
+    Jobs name it by id in their parameters (rubric writing has no foreign key to protect it):
+    those waiting or running count too."""
     searches = SearchRun.objects.filter(Q(endpoint=endpoint) | Q(proposer=endpoint)).count()
+    working = Job.objects.filter(
+        project_id=endpoint.project_id, params__endpoint=endpoint.pk, status__in=Job.ACTIVE
+    ).count()
     counts = (
         (endpoint.runs.count(), "grading run", "grading runs"),
         (searches, "search", "searches"),
         (endpoint.audits.count(), "audit", "audits"),
+        (working, "job at work", "jobs at work"),
     )
     return " and ".join(f"{n} {one if n == 1 else many}" for n, one, many in counts if n)

@@ -90,10 +90,12 @@ def rubric_generation_execute(*, job_id: int, redelivered: bool = False) -> dict
     job = job_claim(job_id=job_id, redelivered=redelivered)
     if job is None:
         return {"job": job_id, "skipped": True}
-    grader = Metagrader.objects.get(pk=job.params["metagrader"])
-    endpoint = JudgeEndpoint.objects.get(pk=job.params["endpoint"])
     outcome = _Outcome()
     try:
+        # Named by id in the job: either may have been deleted since it was queued, which
+        # fails the job below instead of leaving it running.
+        grader = Metagrader.objects.get(pk=job.params["metagrader"])
+        endpoint = JudgeEndpoint.objects.get(pk=job.params["endpoint"])
         _generate(job, grader, endpoint, outcome)
     except JobCancelled:
         job_finish(job=job, status=JobStatus.CANCELLED, result=outcome.result(), error="Cancelled.")

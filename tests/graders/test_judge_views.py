@@ -121,3 +121,31 @@ def test_only_the_projects_admins_change_judges(
     assert "Make default" not in listing and url("judge-edit", judge) not in listing
     admin_listing = client_for(admin_user).get(reverse("judges", args=["acme"])).content.decode()
     assert "Make default" in admin_listing and url("judge-edit", judge) in admin_listing
+
+
+def test_a_judge_a_queued_job_names_is_not_deleted(project: Project, admin_user: User) -> None:
+    judge = endpoint(project, "writer")
+    Job.objects.create(project=project, kind="rubric_generation", params={"endpoint": judge.pk})
+
+    refused = client_for(admin_user).post(url("judge-delete", judge), follow=True)
+
+    assert "Judge writer was not deleted: 1 job at work used it" in refused.content.decode()
+    assert JudgeEndpoint.objects.filter(pk=judge.pk).exists()
+    Job.objects.update(status="succeeded")
+    client_for(admin_user).post(url("judge-delete", judge))
+    assert not JudgeEndpoint.objects.filter(pk=judge.pk).exists()  # finished jobs keep no hold
+
+
+def test_a_run_started_while_the_form_was_open_keeps_the_model(
+    project: Project, admin_user: User
+) -> None:
+    judge = endpoint(project, "gpt")
+    admin = client_for(admin_user)
+    assert "Fixed:" not in admin.get(url("judge-edit", judge)).content.decode()
+    used_by_a_run(judge)  # meanwhile
+
+    page = admin.post(url("judge-edit", judge), form(judge, model="gpt-y", name="renamed"))
+
+    # The fields were built fixed for this request, so the post cannot change the model.
+    judge.refresh_from_db()
+    assert page.status_code == 302 and (judge.name, judge.model) == ("renamed", "gpt-x")

@@ -194,6 +194,17 @@ def test_failures_are_recorded_per_task_and_cancel_stops_the_job(
     assert not Rubric.objects.filter(task__external_id="t1").exclude(author_kind="expert").exists()
 
 
+def test_a_job_whose_judge_was_deleted_fails_instead_of_running_forever(
+    review_project: Project, rubric_grader_selected: Metagrader, review_judge: JudgeEndpoint
+) -> None:
+    job = rubric_generation_start(project=review_project, task_ids=["t0"])
+    JudgeEndpoint.objects.filter(pk=review_judge.pk).delete()
+    with pytest.raises(JudgeEndpoint.DoesNotExist):
+        rubric_generation_execute(job_id=job.pk)
+    job.refresh_from_db()
+    assert job.status == "failed" and "DoesNotExist" in job.error
+
+
 def test_generation_needs_a_selected_rubric_grader_and_a_default_judge(
     review_project: Project, review_judge: JudgeEndpoint
 ) -> None:
