@@ -19,7 +19,7 @@ from graders.evaluation import reference_pairs
 from graders.models import Grade, GradingItem, GradingRun, ItemStatus, Metagrader
 from graders.services import grading_run_start
 from labeling.jobs import job_cancel
-from labeling.models import Job, Response, Rubric, ScoreProvider
+from labeling.models import Job, JobStatus, Response, Rubric, ScoreProvider
 from reviews.rubric_grader import rubric_judge, rubric_writer
 
 REFERENCE_NAMES = {
@@ -72,10 +72,13 @@ def recheck_start(*, rubric: Rubric, key: str | None, user: Any) -> GradingRun:
     endpoint = rubric_judge(project=task.project)
     # One transaction, so the job names its criterion before the worker can pick it up.
     with transaction.atomic():
-        # An earlier re-check of this rubric still queued or running is out of date: stop it,
-        # so quick edits do not queue a pile of runs that repeat the same judge calls (the
-        # answers it already has are in the judge cache for this one).
-        for stale in Job.objects.filter(params__recheck__rubric=rubric.pk, status__in=Job.ACTIVE):
+        # One re-check start at a time per rubric, so each sees the one before it.
+        Rubric.objects.select_for_update().filter(pk=rubric.pk).first()
+        # An earlier re-check of this rubric still waiting for a worker is out of date: drop
+        # it, so quick edits do not queue a pile of runs. One already running is left to
+        # finish: its task is one chunk, which a cancel would only interrupt at its end, and
+        # the answers it gets land in the judge cache, where this run finds them.
+        for stale in Job.objects.filter(params__recheck__rubric=rubric.pk, status=JobStatus.QUEUED):
             job_cancel(job=stale)
         run = grading_run_start(
             project=task.project,

@@ -80,7 +80,7 @@ def test_an_edit_rechecks_only_the_edited_criterion_and_shows_before_and_after(
     assert 'id="recheck-spinner" hx-swap-oob="delete"' in status
 
 
-def test_a_newer_edit_stops_the_re_check_still_waiting_for_the_older_one(
+def test_a_newer_edit_drops_the_re_check_still_waiting_for_the_older_one(
     generated: Rubric,
     rubric_grader_selected: Metagrader,
     review_judge: JudgeEndpoint,
@@ -96,12 +96,18 @@ def test_a_newer_edit_stops_the_re_check_still_waiting_for_the_older_one(
     newest = recheck_start(rubric=generated, key="c2", user=reviewer_user)
 
     jobs = {run.pk: Job.objects.get(pk=run.job_id) for run in (older, running, unrelated, newest)}
-    assert jobs[older.pk].status == JobStatus.CANCELLED  # queued: stopped at once
-    assert jobs[running.pk].cancel_requested  # running: stops at its next progress report
-    assert not jobs[unrelated.pk].cancel_requested and not jobs[newest.pk].cancel_requested
+    assert jobs[older.pk].status == JobStatus.CANCELLED  # waiting: dropped
+    # Running: left to finish, its answers going to the cache the newest run reads.
+    assert jobs[running.pk].status == JobStatus.RUNNING and not jobs[running.pk].cancel_requested
+    assert jobs[unrelated.pk].status == JobStatus.QUEUED
+    assert jobs[newest.pk].status == JobStatus.QUEUED
     calls = fake_judge.call_count
     grading_run_execute(run_id=older.pk)
-    assert fake_judge.call_count == calls  # the stopped one asks the judge nothing
+    assert fake_judge.call_count == calls  # the dropped one asks the judge nothing
+    grading_run_execute(run_id=running.pk)
+    asked = fake_judge.call_count - calls
+    grading_run_execute(run_id=newest.pk)
+    assert asked > 0 and fake_judge.call_count == calls + asked  # the newest: all from the cache
 
 
 def test_accuracy_against_expert_preferences_when_no_scores(generated: Rubric) -> None:
