@@ -98,6 +98,9 @@ def _grades_retire(rubric: Rubric, leaving: list[RubricItem]) -> int:
 
 
 def _grades_restore(rubric: Rubric, kept: list[RubricItem]) -> int:
+    """Put set-aside grades back on the criteria that hold their key and text again, with
+    the time they were given. One that collides with a grade given on the criterion since
+    (same response and annotator) stays set aside: the newer grade stands."""
     by_key = {item.key: item for item in kept}
     back = [
         grade
@@ -106,7 +109,17 @@ def _grades_restore(rubric: Rubric, kept: list[RubricItem]) -> int:
     ]
     if not back:
         return 0
-    CriterionGrade.objects.bulk_create(
+    taken = set(
+        CriterionGrade.objects.filter(item__in=[by_key[g.item_key] for g in back]).values_list(
+            "response_id", "item_id", "annotator_id"
+        )
+    )
+    back = [
+        grade
+        for grade in back
+        if (grade.response_id, by_key[grade.item_key].pk, grade.annotator_id) not in taken
+    ]
+    restored = CriterionGrade.objects.bulk_create(
         [
             CriterionGrade(
                 response_id=grade.response_id,
@@ -116,8 +129,11 @@ def _grades_restore(rubric: Rubric, kept: list[RubricItem]) -> int:
                 note=grade.note,
             )
             for grade in back
-        ],
-        ignore_conflicts=True,  # a grade given on the criterion since stays as it is
+        ]
     )
+    # created_at is auto_now, so the insert stamped it with now: give back the original time.
+    for grade, row in zip(back, restored, strict=True):
+        row.created_at = grade.graded_at
+    CriterionGrade.objects.bulk_update(restored, ["created_at"])
     RetiredCriterionGrade.objects.filter(pk__in=[grade.pk for grade in back]).delete()
     return len(back)

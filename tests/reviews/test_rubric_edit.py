@@ -2,9 +2,11 @@
 readable history, validation, and the optimistic-concurrency refusal of a stale save."""
 
 import threading
+from datetime import timedelta
 
 import pytest
 from django.db import connection, transaction
+from django.utils import timezone
 
 from labeling.models import CriterionGrade, RetiredCriterionGrade, Rubric, RubricRevision
 from labeling.rubric_items import GradesMoved, rubric_items_replace
@@ -216,6 +218,42 @@ def test_removing_a_graded_criterion_sets_its_grades_aside_and_a_restore_brings_
     assert restored.grades == GradesMoved(retired=0, restored=2)
     assert grades(generated) == graded
     assert not RetiredCriterionGrade.objects.exists()
+
+
+def test_restored_grades_keep_the_time_they_were_given(generated: Rubric) -> None:
+    expert_marks(generated, {("c1", "GOOD"): True, ("c1", "POOR"): False})
+    given = timezone.now() - timedelta(days=3)
+    CriterionGrade.objects.update(created_at=given)
+    criterion_delete(rubric=generated, seen_version=1, key="c1", editor="rob")
+
+    rubric_restore(rubric=generated, seen_version=2, version=1, editor="rob")
+
+    back = CriterionGrade.objects.filter(item__rubric=generated, item__key="c1")
+    assert back.count() == 2 and set(back.values_list("created_at", flat=True)) == {given}
+
+
+def test_a_set_aside_grade_never_overrides_a_newer_one(generated: Rubric) -> None:
+    expert_marks(generated, {("c1", "GOOD"): True})
+    criterion_delete(rubric=generated, seen_version=1, key="c1", editor="rob")
+    # An import brings key c1 back with another text; the expert grades the same response on it.
+    with transaction.atomic():
+        Rubric.objects.filter(pk=generated.pk).update(version=3)
+        generated.refresh_from_db()
+        rubric_items_replace(
+            rubric=generated,
+            items=[{"id": "c1", "text": "Another criterion.", "weight": 1.0}],
+            editor="import",
+        )
+    expert_marks(generated, {("c1", "GOOD"): False})
+
+    # A reviewer rewords c1 back to the text of the set-aside grade.
+    change = criterion_save(
+        rubric=generated, seen_version=3, key="c1", text=CAP, weight=2, editor="rob"
+    )
+
+    assert change.grades == GradesMoved(retired=0, restored=0)
+    assert [(key, passed) for key, _, passed in grades(generated)] == [("c1", False)]
+    assert RetiredCriterionGrade.objects.get().passed is True  # still aside, not lost
 
 
 def test_grades_come_back_only_to_the_criterion_they_were_given_on(generated: Rubric) -> None:
