@@ -13,7 +13,14 @@ from django.core.files import File
 from django.core.files.storage import default_storage
 from django.db import transaction
 
-from labeling.imports import ImportRejected, ImportReport, ImportStopped, jsonl_import
+from labeling.imports import (
+    SNIFF_BYTES,
+    ImportRejected,
+    ImportReport,
+    ImportStopped,
+    file_head_check,
+    jsonl_import,
+)
 from labeling.jobs import (
     JobCancelled,
     job_cancel_requested,
@@ -62,6 +69,9 @@ def import_upload(
         raise UploadTooLarge(
             f"the file has {size} bytes; the limit is {settings.IMPORT_MAX_FILE_BYTES}"
         )
+    # A file that is plainly not JSON Lines is refused now, not after a job has queued.
+    file_head_check(upload.read(SNIFF_BYTES))
+    upload.seek(0)
     if size <= settings.IMPORT_INLINE_MAX_BYTES:
         with tempfile.NamedTemporaryFile(suffix=".jsonl") as local:
             shutil.copyfileobj(upload, local, length=1024 * 1024)

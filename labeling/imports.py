@@ -158,21 +158,26 @@ _NOT_JSONL = (
     (b"%PDF", "a PDF document"),
     (b"PK\x03\x04", "a ZIP archive (as .xlsx and .docx files are)"),
     (b"\x1f\x8b", "a gzip archive (decompress it first)"),
+    (b"\xff\xfe", "UTF-16 text (save it as UTF-8)"),
+    (b"\xfe\xff", "UTF-16 text (save it as UTF-8)"),
 )
-_SNIFF_BYTES = 8192
+SNIFF_BYTES = 8192
 
 
-def _file_kind_check(path: Path) -> None:
-    """Refuse at once, in one message, a file that is plainly not text: otherwise every line
-    of an image would be reported as bad UTF-8."""
-    with open(path, "rb") as handle:
-        head = handle.read(_SNIFF_BYTES)
+def file_head_check(head: bytes) -> None:
+    """Refuse at once, in one message, a file whose first bytes (up to SNIFF_BYTES) show it is
+    not UTF-8 text: otherwise every line of an image would be reported as bad UTF-8."""
     found = next((name for magic, name in _NOT_JSONL if head.startswith(magic)), None)
     if found is None and b"\x00" in head:
         found = "a binary file (it has NUL bytes)"
     if found is not None:
         message = f"this is {found}, not a JSON Lines file (one JSON object per line, UTF-8)"
         raise ImportRejected([LineError(1, "(file)", message)], 1)
+
+
+def _file_kind_check(path: Path) -> None:
+    with open(path, "rb") as handle:
+        file_head_check(handle.read(SNIFF_BYTES))
 
 
 def _lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
@@ -198,7 +203,7 @@ def _scan(
         except RecordInvalid as exc:
             for field_name, message in exc.problems:
                 errors.add(number, field_name, message)
-            named = _record_named(raw)
+            named = _record_named(raw) if errors.total < MAX_REPORTED_ERRORS else None
             if named is not None:
                 errors.bad_lines.setdefault(named, number)
             continue

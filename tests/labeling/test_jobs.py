@@ -8,6 +8,7 @@ from django.test import Client
 from django.urls import reverse
 
 from labeling.import_jobs import import_job_run, import_upload
+from labeling.imports import ImportRejected
 from labeling.jobs import job_cancel
 from labeling.models import Job, JobStatus, Project, Task
 from tests.conftest import wait_for
@@ -66,6 +67,17 @@ def test_a_failed_import_job_lists_the_bad_lines(
     page.force_login(admin_user)
     html = page.get(reverse("job-detail", args=[job.pk])).content.decode()
     assert "malformed JSON" in html and "hx-trigger" not in html  # finished: no more polling
+
+
+def test_a_large_file_that_is_not_text_is_refused_before_any_job(
+    project: Project, admin_user: User, tmp_path: Path, small_inline_limit: None
+) -> None:
+    path = tmp_path / "export.jsonl"
+    path.write_bytes('{"type": "task", "id": "t", "prompt": "p"}\n'.encode("utf-16") * 50)
+    with path.open("rb") as upload, pytest.raises(ImportRejected) as refused:
+        import_upload(project=project, user=admin_user, upload=upload, size=path.stat().st_size)
+    assert refused.value.errors[0].message.startswith("this is UTF-16 text (save it as UTF-8)")
+    assert not Job.objects.exists() and not (tmp_path / "media").exists()
 
 
 def test_cancelled_queued_job_never_runs(
