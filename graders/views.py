@@ -54,9 +54,10 @@ def graders_page(request: HttpRequest, slug: str) -> HttpResponse:
     context = {
         "access": access,
         "project": access.project,
-        "graders": Paginator(Metagrader.objects.filter(project=access.project), LIST_PAGE).get_page(
-            request.GET.get("graders_page")
-        ),
+        "graders": Paginator(
+            Metagrader.objects.filter(project=access.project).order_by("-created_at", "-pk"),
+            LIST_PAGE,
+        ).get_page(request.GET.get("graders_page")),
         "selected": [
             selection
             for kind in KINDS
