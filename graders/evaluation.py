@@ -29,23 +29,35 @@ from labeling.models import JudgeScore, Preference, Project, Score, ScoreProvide
 PAIRWISE_KINDS = {"pairwise", "pairwise_rubric"}
 
 
-def _with_ci(value: float, ci: Any) -> dict[str, Any]:
-    return {"value": value, "ci": [ci.low, ci.high]}
+def _with_ci(value: float, ci: Any, tasks: int) -> dict[str, Any]:
+    """A metric with its task-bootstrap interval; none ("ci": None) over a single task, where
+    every resample is that task and the interval would be a point that reads as certainty."""
+    return {"value": value, "ci": [ci.low, ci.high] if tasks > 1 else None}
+
+
+def metric_text(metric: dict[str, Any]) -> str:
+    """ "0.750 [0.600, 0.900]", or "0.750 (one task: no interval)"."""
+    ci = metric.get("ci")
+    interval = f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "(one task: no interval)"
+    return f"{metric['value']:.3f} {interval}"
 
 
 def _pairs_metrics(pairs: RankingPairs, tol: float) -> dict[str, Any]:
+    tasks = len(set(pairs.task.tolist()))
     metrics: dict[str, Any] = {
         "pairs": len(pairs.task),
-        "tasks": len(set(pairs.task.tolist())),
-        "ranking_accuracy": _with_ci(ranking_accuracy(pairs), ranking_accuracy_ci(pairs)),
+        "tasks": tasks,
+        "ranking_accuracy": _with_ci(ranking_accuracy(pairs), ranking_accuracy_ci(pairs), tasks),
         "tolerant_ranking_accuracy": _with_ci(
-            tolerant_ranking_accuracy(pairs, tol=tol), tolerant_ranking_accuracy_ci(pairs, tol=tol)
+            tolerant_ranking_accuracy(pairs, tol=tol),
+            tolerant_ranking_accuracy_ci(pairs, tol=tol),
+            tasks,
         ),
         "tolerance": tol,
     }
     if pairs.advantage_sign_lost is not None:
         metrics["harm_aware_accuracy"] = _with_ci(
-            harm_aware_accuracy(pairs), harm_aware_accuracy_ci(pairs)
+            harm_aware_accuracy(pairs), harm_aware_accuracy_ci(pairs), tasks
         )
     return metrics
 
@@ -162,16 +174,12 @@ def _rewards_evaluate(
     if responses is not None:
         try:
             summary["within_task_spearman"] = _with_ci(
-                within_task_spearman(responses), within_task_spearman_ci(responses)
+                within_task_spearman(responses),
+                within_task_spearman_ci(responses),
+                len(set(responses.task.tolist())),
             )
         except ValueError:
             summary["within_task_spearman"] = None
-    if summary["tasks"] < 2:
-        # Resampling one task gives that task every time: the interval is a point, which
-        # reads as certainty. Say there is none.
-        for metric in summary.values():
-            if isinstance(metric, dict) and "ci" in metric:
-                metric["no_interval"] = True
     return summary
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from graders.engine.programs import Criterion, DocumentInput
 from graders.engine.proposer_llm import MaterialResponse, MaterialTask, PriorCandidate
-from graders.evaluation import majority_oriented
+from graders.evaluation import majority_oriented, metric_text
 from graders.models import Candidate, CandidateStatus, Grade, SearchRun
 from labeling.models import (
     AuthorKind,
@@ -130,8 +130,7 @@ def candidate_results_text(candidate: Candidate) -> str:
     ):
         metric = evaluation.get(key)
         if metric:
-            low, high = metric["ci"]
-            parts.append(f"{label} {metric['value']:.3f} [{low:.3f}, {high:.3f}]")
+            parts.append(f"{label} {metric_text(metric)}")
     if evaluation.get("pairs"):
         parts.append(f"on {evaluation['pairs']} pairs over {evaluation['tasks']} tasks")
     if evaluation.get("failed"):

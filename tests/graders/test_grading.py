@@ -3,6 +3,7 @@ evaluated with the exact metrics, and reruns that make no new judge calls."""
 
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from graders.models import Grade, GradingRun, JudgeCall, JudgeEndpoint
 from graders.services import grading_run_start, metagrader_register
 from labeling.imports import jsonl_import
 from labeling.jobs import job_cancel
-from labeling.models import Job, Project, Rubric
+from labeling.models import Job, Project, Rubric, Task
 from tests.fakes.openai_server import FakeJudgeServer
 from tests.labeling.helpers import write_jsonl
 
@@ -220,6 +221,16 @@ def test_evaluate_command_reports_the_latest_finished_run(
     call_command("evaluate", project="acme", grader=run.metagrader_id, json=True, stdout=out)
     report = json.loads(out.getvalue())
     assert report["run"] == run.pk and report["ranking_accuracy"]["value"] == 1.0
+    text = io.StringIO()
+    call_command("evaluate", project="acme", grader=run.metagrader_id, stdout=text)
+    # Three tasks: each metric with its task-bootstrap interval.
+    assert re.search(r"1\.000 \[\d\.\d{3}, 1\.000\]", text.getvalue()), text.getvalue()
+    Task.objects.filter(project=graded_project).exclude(external_id="t0").update(split="meta")
+    single = run_for(graded_project, judge, "scalar")  # D_eval is one task now
+    grading_run_execute(run_id=single.pk)
+    text = io.StringIO()
+    call_command("evaluate", project="acme", grader=run.metagrader_id, stdout=text)
+    assert "1.000 (one task: no interval)" in text.getvalue()  # the latest run: one task
 
 
 def test_meta_eval_by_hand(project: Project, tmp_path: Path) -> None:

@@ -314,7 +314,7 @@ def test_winner_report_shows_both_splits_and_the_domains(
     run = search.winner.eval_run  # type: ignore[union-attr]
     for row in run.evaluation["by_domain"]:
         row["held_out"] = False
-        row["ranking_accuracy"]["no_interval"] = True
+        row["ranking_accuracy"]["ci"] = None
     run.save(update_fields=["evaluation"])
     html = logged_in(reviewer_user).get(url("search", search.pk)).content.decode()
     report = html[html.index("Winner:") : html.index("Search curve")]

@@ -5,16 +5,14 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from graders.evaluation import grading_evaluate
+from graders.evaluation import grading_evaluate, metric_text
 from graders.models import GradingRun
 from labeling.cli import project_or_error
 from labeling.models import JobStatus
 
 
 def _metric(value: Any) -> str:
-    if not isinstance(value, dict):
-        return "-"
-    return f"{value['value']:.3f} [{value['ci'][0]:.3f}, {value['ci'][1]:.3f}]"
+    return metric_text(value) if isinstance(value, dict) else "-"
 
 
 class Command(BaseCommand):
