@@ -76,8 +76,6 @@ def task_list(request: HttpRequest, slug: str) -> HttpResponse:
         split=filters.get("split", ""),
     )
     page = Paginator(tasks, TASKS_PER_PAGE).get_page(request.GET.get("page"))
-    query = request.GET.copy()
-    query.pop("page", None)
     template = "labeling/task_list.html"
     if request.htmx:
         template += "#task-table"
@@ -86,7 +84,6 @@ def task_list(request: HttpRequest, slug: str) -> HttpResponse:
         "project": access.project,
         "form": form,
         "page": page,
-        "query": query.urlencode(),
     }
     return render(request, template, context)
 

@@ -52,14 +52,11 @@ def _list_context(access: ProjectAccess, request: HttpRequest) -> dict[str, Any]
         split=filters.get("split", ""),
     )
     page = Paginator(rubrics, RUBRICS_PER_PAGE).get_page(request.GET.get("page"))
-    query = request.GET.copy()
-    query.pop("page", None)
     counts = disagreement_counts(rubrics=list(page.object_list), grader=grader)
     return context | {
         "grader": grader,
         "page": page,
         "rows": [(rubric, counts[rubric.pk]) for rubric in page.object_list],
-        "query": query.urlencode(),
     }
 
 

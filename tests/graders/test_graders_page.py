@@ -42,7 +42,7 @@ def test_graders_and_runs_page_apart_keeping_the_other_list_s_page(
         re.findall(r">#\d+ (g\d{3})</a>", later)
     )
     assert len(shown) == LIST_PAGE + 1  # every grader on one page or the other
-    assert f"Page 1 of 2 · {LIST_PAGE + 1} in all" in first
+    assert f"Page 1 of 2 · {LIST_PAGE + 1} graders" in first and "Page 1 of 2 · 25 runs" in first
     # Each list's links keep the other list's page.
     assert '?graders_page=2&amp;runs_page=2"' not in first
     assert 'href="?graders_page=1&amp;runs_page=2">← Previous' in later
