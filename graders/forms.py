@@ -16,6 +16,14 @@ class EndpointForm(forms.ModelForm):
             "max_concurrency", "timeout_s", "price_in_per_mtok", "price_out_per_mtok",
             "response_format", "is_default",
         ]  # fmt: skip
+        labels = {
+            "base_url": "Base URL",
+            "api_key_env": "API key variable",
+            "timeout_s": "Timeout (s)",
+            "price_in_per_mtok": "$ per million input tokens",
+            "price_out_per_mtok": "$ per million output tokens",
+            "is_default": "The project's default judge",
+        }
         help_texts = {
             "api_key_env": "Name of the environment variable holding the key on the worker "
             "machines (for example OPENAI_API_KEY). The key itself is never stored.",
