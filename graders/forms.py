@@ -62,7 +62,14 @@ class RunForm(forms.Form):
 
     def __init__(self, *args: object, project: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.fields["grader"].queryset = Metagrader.objects.filter(project=project)  # type: ignore[attr-defined]
+        # Search candidates become graders too, so the list grows: by kind, newest first, each
+        # with its id and where it came from.
+        graders = Metagrader.objects.filter(project=project).order_by("kind", "-created_at", "-pk")
+        grader = self.fields["grader"]
+        grader.queryset = graders  # type: ignore[attr-defined]
+        grader.label_from_instance = (  # type: ignore[attr-defined]
+            lambda g: f"{g.kind} · #{g.pk} {g.name} ({g.get_origin_display().lower()})"
+        )
         endpoints = JudgeEndpoint.objects.filter(project=project)
         self.fields["endpoint"].queryset = endpoints  # type: ignore[attr-defined]
         default = endpoints.filter(is_default=True).first()

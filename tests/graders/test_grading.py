@@ -292,6 +292,11 @@ def test_grading_pages_for_reviewers_and_admins_only(
         project=graded_project, program=baseline_program("scalar").to_json(), origin="baseline"
     )
     form = {"grader": grader.pk, "endpoint": judge.pk, "split": "eval"}
+    page = admin.get(reverse("graders", args=["acme"])).content.decode()
+    assert (
+        f'<option value="{grader.pk}">scalar · #{grader.pk} {grader.name} (baseline)</option>'
+        in page
+    )
     assert reviewer.post(reverse("graders", args=["acme"]), form).status_code == 403
     huge = admin.post(reverse("graders", args=["acme"]), form | {"max_calls": "9" * 30})
     assert huge.status_code == 400 and "less than or equal to" in huge.content.decode()
