@@ -287,6 +287,21 @@ class _AnswerCountingCache(DatabaseJudgeCache):
         self.answered(self.count)
 
 
+def answers_shown(*, job_pk: int, stage: str) -> Callable[[int], None]:
+    """A run_grade `answered` callback that shows the count in the job's stage ("Grading tasks
+    · 12 new judge answers"), at most once a second: the job pages poll about as often."""
+    shown = 0.0
+
+    def answered(count: int) -> None:
+        nonlocal shown
+        if time.monotonic() - shown >= 1.0:
+            shown = time.monotonic()
+            text = f"{stage} · {count} new judge answer{'' if count == 1 else 's'}"
+            Job.objects.filter(pk=job_pk).update(stage=text)
+
+    return answered
+
+
 def run_grade(
     run: GradingRun,
     *,
@@ -347,21 +362,12 @@ def grading_run_execute(*, run_id: int) -> dict[str, Any]:
     def progress(done: int, total: int) -> None:
         job_progress(job=job, stage="Grading tasks", done=done, total=total)
 
-    shown = [0.0]
-
-    def answered(count: int) -> None:
-        # At most once a second: the page polls about as often.
-        if time.monotonic() - shown[0] >= 1.0:
-            shown[0] = time.monotonic()
-            stage = f"Grading tasks · {count} new judge answer{'' if count == 1 else 's'}"
-            Job.objects.filter(pk=job.pk).update(stage=stage)
-
     try:
         _, budget_spent = run_grade(
             run,
             budget=run_budget(run.max_calls, run.max_cost, run.usage),
             progress=progress,
-            answered=answered,
+            answered=answers_shown(job_pk=job.pk, stage="Grading tasks"),
         )
     except JobCancelled:
         job_finish(job=job, status=JobStatus.CANCELLED, error="Cancelled; grades so far are kept.")

@@ -19,7 +19,7 @@ from django.db import transaction
 from graders.candidates import best_candidate
 from graders.engine.judge import Budget, Usage
 from graders.engine.programs import KINDS
-from graders.grading import run_budget, run_complete, run_finish, run_grade
+from graders.grading import answers_shown, run_budget, run_complete, run_finish, run_grade
 from graders.models import (
     Candidate,
     CandidateStatus,
@@ -311,7 +311,12 @@ class _SearchPass:
             self.progress()
 
         try:
-            _, spent = run_grade(run, budget=self.budget, progress=progress)
+            _, spent = run_grade(
+                run,
+                budget=self.budget,
+                progress=progress,
+                answered=answers_shown(job_pk=self.job.pk, stage=self.stage),
+            )
         except (JobCancelled, LeaseLost):
             Job.objects.filter(pk=run.job_id).update(status=JobStatus.CANCELLED)
             raise

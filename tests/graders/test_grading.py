@@ -188,6 +188,29 @@ def test_a_run_reports_each_new_judge_answer_as_it_lands(
     assert again == []  # all from the cache: nothing new to report
 
 
+def test_the_job_shows_the_answer_count_at_most_once_a_second(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from graders import grading
+
+    now = [100.0]
+    monkeypatch.setattr(grading.time, "monotonic", lambda: now[0])
+    job = Job.objects.create(project=project, kind="search", stage="Round 1")
+    answered = grading.answers_shown(job_pk=job.pk, stage="Round 1")
+
+    def stage() -> str:
+        return Job.objects.get(pk=job.pk).stage
+
+    answered(1)
+    assert stage() == "Round 1 · 1 new judge answer"
+    now[0] += 0.5
+    answered(2)
+    assert stage() == "Round 1 · 1 new judge answer"  # within the second: not written
+    now[0] += 0.6
+    answered(3)
+    assert stage() == "Round 1 · 3 new judge answers"
+
+
 def test_cancel_stops_the_run_and_keeps_it_resumable(
     graded_project: Project, judge: JudgeEndpoint
 ) -> None:
