@@ -1,7 +1,7 @@
 """What the HTTP reward API adds on top of the judge, under a steady training-job load.
 
     python bench/reward_api.py [--rate 50] [--seconds 20] [--responses 8] [--latency-ms 50]
-                               [--endpoint reward|get_reward]
+                               [--endpoint reward|get_reward] [--tasks 1]
 
 Starts the app as production serves it (gunicorn with the repository's gunicorn.conf.py:
 gthread, a process per core; DEBUG off; CONN_MAX_AGE=60), or with --server runserver Django's
@@ -11,8 +11,9 @@ sends POST .../reward (or OpenRLHF's .../get_reward, the same group as queries l
 the task's id) at a steady `rate` per second, open loop: request i leaves at start +
 i / rate whether or not earlier ones have come back, and its latency counts from that moment,
 so a server that falls behind is charged for the queue it builds. Each request carries
-`responses` responses never seen before (no judge cache hit) to a stored task, graded by a
-scalar grader whose calls run concurrently: one judge round per request. Overhead = latency -
+`responses` responses never seen before (no judge cache hit) to a stored task (the `tasks`
+in turn), graded by a scalar grader whose calls run concurrently: one judge round per
+request. Overhead = latency -
 the judge's latency. Prints p50 and p99 overhead, throughput, and the ratio of p99 overhead to
 the 25 ms target (at most 1 passes); on Linux also the CPU the server, PostgreSQL, the fake
 judge and this client spent per request, and the host's steal share, which on a shared machine
@@ -54,9 +55,9 @@ def free_port() -> int:
         return port
 
 
-def setup(judge_url: str) -> dict[str, Any]:
-    """A project with a stored task, the fake judge as its default endpoint, a scalar grader
-    and a token; returns what the load needs to know."""
+def setup(judge_url: str, tasks: int) -> dict[str, Any]:
+    """A project with `tasks` stored tasks, the fake judge as its default endpoint, a scalar
+    grader and a token; returns what the load needs to know."""
     from graders.engine.baseline import baseline_program
     from graders.models import JudgeEndpoint
     from graders.services import metagrader_register
@@ -64,10 +65,14 @@ def setup(judge_url: str) -> dict[str, Any]:
     from labeling.models import Document, Project, Task
 
     project = Project.objects.create(slug="bench", name="Bench")
-    task = Task.objects.create(project=project, external_id="deal-1", prompt=PROMPT)
-    Document.objects.create(
-        task=task, external_id="spa", title="SPA", text="Clause 4: liability is capped. " * 40
-    )
+    for number in range(1, tasks + 1):
+        task = Task.objects.create(project=project, external_id=f"deal-{number}", prompt=PROMPT)
+        Document.objects.create(
+            task=task,
+            external_id="spa",
+            title="SPA",
+            text=f"Clause 4 of deal {number}: liability is capped. " * 40,
+        )
     JudgeEndpoint.objects.create(
         project=project, name="fake", base_url=judge_url, model="fake-judge",
         max_concurrency=64, is_default=True,
@@ -76,7 +81,8 @@ def setup(judge_url: str) -> dict[str, Any]:
         project=project, program=baseline_program("scalar").to_json(), origin="baseline"
     )
     _, raw = token_create(project=project, name="bench", scopes=["reward"], rate_per_minute=100_000)
-    return {"slug": project.slug, "grader": grader.pk, "task": task.external_id, "token": raw}
+    ids = [f"deal-{number}" for number in range(1, tasks + 1)]
+    return {"slug": project.slug, "grader": grader.pk, "tasks": ids, "token": raw}
 
 
 def server_start(
@@ -113,15 +119,16 @@ def server_start(
 
 def body(target: dict[str, Any], index: int, responses: int, endpoint: str) -> dict[str, Any]:
     contents = [f"Rollout {index}.{n}. {ANSWER}" for n in range(responses)]
+    task = target["tasks"][index % len(target["tasks"])]  # request by request, round robin
     if endpoint == "get_reward":
         prompt = f"<|user|>{PROMPT}<|assistant|>"
         return {
             "query": [prompt + content for content in contents],
             "prompts": [prompt] * responses,
-            "labels": [target["task"]] * responses,
+            "labels": [task] * responses,
         }
     return {
-        "task_id": target["task"],
+        "task_id": task,
         "responses": [{"id": f"r{n}", "content": content} for n, content in enumerate(contents)],
     }
 
@@ -186,6 +193,10 @@ def main() -> None:
         help="gunicorn as the README serves the app, or Django's development server",
     )  # fmt: skip
     parser.add_argument(
+        "--tasks", type=int, default=1,
+        help="stored tasks the requests go to in turn (each with its own documents)",
+    )  # fmt: skip
+    parser.add_argument(
         "--endpoint", choices=["reward", "get_reward"], default="reward",
         help="the reward API's own endpoint, or OpenRLHF's remote reward model protocol",
     )  # fmt: skip
@@ -198,7 +209,7 @@ def main() -> None:
     vendor = bench_database_fresh()
     latency_s = args.latency_ms / 1000
     with JudgeServerProcess(latency_s) as judge:
-        target = setup(judge.base_url)
+        target = setup(judge.base_url, args.tasks)
         from django.db import connection
 
         connection.close()  # the server process has the database to itself
@@ -260,8 +271,8 @@ def main() -> None:
     )
     print(f"database:   {vendor}, connections {persistent}; server: {served}, DEBUG off")
     print(
-        f"load:       {count} requests to {args.endpoint} x {args.responses} new responses, "
-        "open loop at "
+        f"load:       {count} requests to {args.endpoint} x {args.responses} new responses "
+        f"on {args.tasks} task{'s' if args.tasks > 1 else ''}, open loop at "
         f"{args.rate:g}/s; judge latency {args.latency_ms:g} ms"
     )
     print(
