@@ -9,13 +9,15 @@ and prices can still change, and it cannot be deleted while anything refers to i
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
-from django.db.models import ProtectedError, Q
+from django.db.models import BigIntegerField, Exists, OuterRef, ProtectedError, Q, QuerySet
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from graders.forms import EndpointForm
-from graders.models import JudgeEndpoint, SearchRun
+from graders.models import GradingRun, JudgeEndpoint, SearchRun
 from labeling.access import Perm, ProjectAccess, project_access
 from labeling.models import Job
 
@@ -37,10 +39,26 @@ def judges_page(request: HttpRequest, slug: str) -> HttpResponse:
     context = {
         "access": access,
         "project": access.project,
-        "endpoints": JudgeEndpoint.objects.filter(project=access.project),
+        "endpoints": _with_use(JudgeEndpoint.objects.filter(project=access.project)),
         "form": form,
     }
     return render(request, "graders/judges.html", context, status=400 if form.errors else 200)
+
+
+def _with_use(endpoints: QuerySet[JudgeEndpoint]) -> QuerySet[JudgeEndpoint]:
+    """Each endpoint with `in_use`: whether anything _uses() counts refers to it, in the same
+    query, so the page offers Delete only where it can succeed."""
+    pk = OuterRef("pk")
+    return endpoints.annotate(
+        in_use=Exists(GradingRun.objects.filter(endpoint=pk))
+        | Exists(SearchRun.objects.filter(Q(endpoint=pk) | Q(proposer=pk)))
+        | Exists(JudgeEndpoint.objects.filter(pk=pk, audits__isnull=False))
+        | Exists(
+            Job.objects.filter(status__in=Job.ACTIVE)
+            .annotate(named=Cast(KT("params__endpoint"), BigIntegerField()))
+            .filter(named=pk)
+        )
+    )
 
 
 @require_http_methods(["GET", "POST"])

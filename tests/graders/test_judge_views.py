@@ -96,6 +96,9 @@ def test_delete_removes_an_unused_endpoint_and_refuses_a_used_one(
     unused, used = endpoint(project, "unused"), endpoint(project, "used")
     used_by_a_run(used)
     admin = client_for(admin_user)
+    listing = admin.get(reverse("judges", args=["acme"])).content.decode()
+    assert url("judge-delete", unused) in listing  # offered only where it can succeed
+    assert url("judge-delete", used) not in listing and ">in use</span>" in listing
 
     admin.post(url("judge-delete", unused))
     refused = admin.post(url("judge-delete", used), follow=True).content.decode()
@@ -126,6 +129,8 @@ def test_only_the_projects_admins_change_judges(
 def test_a_judge_a_queued_job_names_is_not_deleted(project: Project, admin_user: User) -> None:
     judge = endpoint(project, "writer")
     Job.objects.create(project=project, kind="rubric_generation", params={"endpoint": judge.pk})
+    listing = client_for(admin_user).get(reverse("judges", args=["acme"])).content.decode()
+    assert url("judge-delete", judge) not in listing  # the page knows it is in use
 
     refused = client_for(admin_user).post(url("judge-delete", judge), follow=True)
 
