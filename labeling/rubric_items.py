@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from django.db.models import Count, Max
+
 from labeling.models import (
     CriterionGrade,
     RetiredCriterionGrade,
@@ -32,6 +34,17 @@ class GradesMoved:
 def rubric_items_snapshot(rubric: Rubric) -> list[dict[str, Any]]:
     """The rubric's items in order, in the shape of the import format."""
     return [{"id": i.key, "text": i.text, "weight": i.weight} for i in rubric.items.all()]
+
+
+def rubric_grades_set_aside(rubric: Rubric) -> list[dict[str, Any]]:
+    """The rubric's removed criteria that experts had graded: key, text, the version that
+    removed them and how many grades wait for their return."""
+    return list(
+        RetiredCriterionGrade.objects.filter(rubric=rubric)
+        .values("item_key", "item_text")
+        .annotate(grades=Count("pk"), removed_in=Max("retired_in_version"))
+        .order_by("-removed_in", "item_key")
+    )
 
 
 def rubric_keys_unused(rubric: Rubric, count: int, taken: Iterable[str] = ()) -> list[str]:

@@ -16,6 +16,7 @@ from django.db.models.functions import Coalesce
 
 from graders.models import Grade, GradingItem, GradingRun, ItemStatus, Metagrader
 from labeling.models import AuthorKind, CriterionGrade, Response, Rubric, RubricItem, Task
+from labeling.rubric_items import rubric_grades_set_aside
 from reviews.rubric_history import rubric_history
 from reviews.rubric_recheck import recheck_view
 from reviews.rubric_trust import Trust, attention_order, criterion_trust
@@ -224,6 +225,7 @@ def review_state(*, rubric: Rubric, grader: Metagrader) -> dict[str, Any]:
         "judgement": judgement(rubric=rubric, grader=grader),
         "recheck": recheck_view(rubric=rubric, grader=grader),
         "history": rubric_history(rubric=rubric),
+        "set_aside": rubric_grades_set_aside(rubric),
     }
 
 

@@ -239,12 +239,16 @@ def test_the_page_says_where_the_grades_of_a_removed_criterion_went(
     )
     assert delete.status_code == 200
     assert "2 expert grades are kept with the rubric&#x27;s history" in delete.content.decode()
+    page = client.get(review_url()).content.decode()
+    aside = page[page.index("data-set-aside") : page.index('<ol class="versions">')]
+    assert f"<code>c1</code> “{CAP}”: 2 grades, removed in version 2" in aside
     restore = client.post(
         reverse("rubric-restore", args=["acme", generated.pk]),
         {"version": 2, "restore": 1},
         headers=HTMX,
     )
     assert "2 expert grades are back on the restored criteria." in restore.content.decode()
+    assert "data-set-aside" not in client.get(review_url()).content.decode()  # none left aside
     assert generated.items.get(key="c1").grades.count() == 2
 
 
