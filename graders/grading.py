@@ -273,30 +273,35 @@ def run_budget(max_calls: int | None, max_cost: float | None, spent: dict[str, A
 
 
 class _AnswerCountingCache(DatabaseJudgeCache):
-    """The database judge cache, calling `answered(count)` on the calling thread after each
-    new answer it stores: a slow judge's run shows its calls long before a task is done."""
+    """The database judge cache, calling `answered(count, cost)` on the calling thread after
+    each new answer it stores, with the answers and dollars so far: a slow judge's run shows
+    its calls and spending long before a task is done."""
 
-    def __init__(self, model: str, answered: Callable[[int], None]) -> None:
+    def __init__(self, model: str, answered: Callable[[int, float], None]) -> None:
         super().__init__(model)
         self.answered = answered
         self.count = 0
+        self.cost = 0.0
 
     def _put(self, key: str, value: dict[str, Any]) -> None:
         super()._put(key, value)
         self.count += 1
-        self.answered(self.count)
+        self.cost += float(value.get("cost") or 0.0)
+        self.answered(self.count, self.cost)
 
 
-def answers_shown(*, job_pk: int, stage: str) -> Callable[[int], None]:
-    """A run_grade `answered` callback that shows the count in the job's stage ("Grading tasks
-    · 12 new judge answers"), at most once a second: the job pages poll about as often."""
+def answers_shown(*, job_pk: int, stage: str) -> Callable[[int, float], None]:
+    """A run_grade `answered` callback that shows the count and cost in the job's stage
+    ("Grading tasks · 12 new judge answers, $0.0310"), at most once a second: the job pages
+    poll about as often."""
     shown = 0.0
 
-    def answered(count: int) -> None:
+    def answered(count: int, cost: float) -> None:
         nonlocal shown
         if time.monotonic() - shown >= 1.0:
             shown = time.monotonic()
             text = f"{stage} · {count} new judge answer{'' if count == 1 else 's'}"
+            text += f", ${cost:.4f}" if cost else ""
             Job.objects.filter(pk=job_pk).update(stage=text)
 
     return answered
@@ -307,13 +312,14 @@ def run_grade(
     *,
     budget: Budget,
     progress: Callable[[int, int], None],
-    answered: Callable[[int], None] | None = None,
+    answered: Callable[[int, float], None] | None = None,
 ) -> tuple[Usage, bool]:
     """Grade every task of the run that can be claimed, chunk by chunk, storing each chunk's
     grades and usage as it lands; `progress(done, total)` is called before each chunk and may
-    raise (JobCancelled) to stop; `answered(count)`, if given, after each new judge answer of
-    this pass (it must not raise). Returns this pass's usage and whether the budget ran out;
-    claims are released on any way out, so nothing stays held."""
+    raise (JobCancelled) to stop; `answered(count, cost)`, if given, after each new judge answer
+    of this pass, with the pass's answers and dollars so far (it must not raise). Returns
+    this pass's usage and whether the budget ran out; claims are released on any way out, so
+    nothing stays held."""
     program = program_validate(run.metagrader.program)
     settings = endpoint_settings(run.endpoint)
     total = GradingItem.objects.filter(run=run).count()

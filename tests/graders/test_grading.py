@@ -171,20 +171,27 @@ def test_a_run_reports_each_new_judge_answer_as_it_lands(
 ) -> None:
     from graders.grading import run_budget, run_grade
 
+    judge.price_in_per_mtok, judge.price_out_per_mtok = 3, 15
+    judge.save()
     run = run_for(graded_project, judge, "scalar")
     chunks: list[tuple[int, int]] = []
-    answers: list[int] = []
+    answers: list[tuple[int, float]] = []
     run_grade(
         run, budget=run_budget(None, None, {}), progress=lambda d, t: chunks.append((d, t)),
-        answered=answers.append,
+        answered=lambda count, cost: answers.append((count, cost)),
     )  # fmt: skip
     # One count per answer stored, in order, whatever the chunks: 9 responses, one call each.
-    assert answers == list(range(1, fake_judge.call_count + 1)) and len(answers) == 9
+    assert [count for count, _ in answers] == list(range(1, fake_judge.call_count + 1))
+    assert len(answers) == 9
+    run.refresh_from_db()
+    costs = [cost for _, cost in answers]
+    assert costs == sorted(costs) and costs[-1] == pytest.approx(run.usage["cost"])
+    assert run.usage["cost"] > 0  # the prices above make every call cost something
     assert chunks[0] == (0, 3)  # three tasks, reported chunk by chunk
     rerun = run_for(graded_project, judge, "scalar")
     again: list[int] = []
     run_grade(rerun, budget=run_budget(None, None, {}), progress=lambda d, t: None,
-              answered=again.append)  # fmt: skip
+              answered=lambda count, cost: again.append(count))  # fmt: skip
     assert again == []  # all from the cache: nothing new to report
 
 
@@ -201,14 +208,14 @@ def test_the_job_shows_the_answer_count_at_most_once_a_second(
     def stage() -> str:
         return Job.objects.get(pk=job.pk).stage
 
-    answered(1)
+    answered(1, 0.0)
     assert stage() == "Round 1 · 1 new judge answer"
     now[0] += 0.5
-    answered(2)
+    answered(2, 0.01)
     assert stage() == "Round 1 · 1 new judge answer"  # within the second: not written
     now[0] += 0.6
-    answered(3)
-    assert stage() == "Round 1 · 3 new judge answers"
+    answered(3, 0.0123)
+    assert stage() == "Round 1 · 3 new judge answers, $0.0123"
 
 
 def test_cancel_stops_the_run_and_keeps_it_resumable(
