@@ -115,11 +115,21 @@ def _grades_restore(rubric: Rubric, kept: list[RubricItem]) -> int:
     the time they were given. One that collides with a grade given on the criterion since
     (same response and annotator) stays set aside: the newer grade stands."""
     by_key = {item.key: item for item in kept}
-    back = [
-        grade
-        for grade in RetiredCriterionGrade.objects.filter(rubric=rubric, item_key__in=list(by_key))
-        if by_key[grade.item_key].text == grade.item_text
-    ]
+    matching = RetiredCriterionGrade.objects.filter(rubric=rubric, item_key__in=list(by_key))
+    newest: dict[tuple[str, int, int], RetiredCriterionGrade] = {}
+    superseded = []
+    for grade in matching.order_by("-graded_at", "-pk"):
+        if by_key[grade.item_key].text != grade.item_text:
+            continue
+        slot = (grade.item_key, grade.response_id, grade.annotator_id)
+        if slot in newest:
+            # An older grade of the same expert on the same criterion and response, set aside
+            # again with the newer one: the newer grade replaces it, as a re-grade would.
+            superseded.append(grade.pk)
+        else:
+            newest[slot] = grade
+    RetiredCriterionGrade.objects.filter(pk__in=superseded).delete()
+    back = list(newest.values())
     if not back:
         return 0
     taken = set(

@@ -198,18 +198,20 @@ def _rekeyed(rubric: Rubric, written: list[dict[str, Any]]) -> list[dict[str, An
     for items in rubric.revisions.values_list("items", flat=True):
         for item in items:
             held.setdefault(item["id"], set()).add(item["text"])
-    current = rubric_items_snapshot(rubric)
-    by_text = {item["text"]: item["id"] for item in current}
+    current = {item["text"]: item["id"] for item in rubric_items_snapshot(rubric)}
+    earlier: dict[str, str] = {}
     for key, texts in held.items():
         for text in texts:
-            by_text.setdefault(text, key)
+            earlier.setdefault(text, key)
     keys: list[str | None] = [None] * len(written)
     used: set[str] = set()
-    for at, item in enumerate(written):
-        key = by_text.get(item["text"])
-        if key is not None and key not in used:
-            keys[at] = key
-            used.add(key)
+    # A key goes first to the criterion whose text it holds now, then to one it held before.
+    for by_text in (current, earlier):
+        for at, item in enumerate(written):
+            key = by_text.get(item["text"])
+            if keys[at] is None and key is not None and key not in used:
+                keys[at] = key
+                used.add(key)
     for at, item in enumerate(written):
         own = item["id"]
         if keys[at] is None and own not in used and held.get(own, {item["text"]}) <= {item["text"]}:
@@ -233,9 +235,9 @@ def generated_rubric_store(
             task_id=task_pk, author_kind=AuthorKind.GENERATED, origin=origin
         )
         if not created:
+            items = _rekeyed(rubric, items)  # before comparing: a rubric once rekeyed keeps it
             if rubric_items_snapshot(rubric) == items:
                 return "unchanged"
-            items = _rekeyed(rubric, items)
             rubric.version += 1
             Rubric.objects.filter(pk=rubric.pk).update(
                 version=rubric.version, updated_at=timezone.now()

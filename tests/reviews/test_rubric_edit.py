@@ -256,6 +256,33 @@ def test_a_set_aside_grade_never_overrides_a_newer_one(generated: Rubric) -> Non
     assert RetiredCriterionGrade.objects.get().passed is True  # still aside, not lost
 
 
+def test_a_grade_set_aside_twice_comes_back_once_the_newer_one(generated: Rubric) -> None:
+    expert_marks(generated, {("c1", "GOOD"): True})
+    criterion_delete(rubric=generated, seen_version=1, key="c1", editor="rob")
+    with transaction.atomic():  # an import brings c1 back with another text
+        Rubric.objects.filter(pk=generated.pk).update(version=3)
+        generated.refresh_from_db()
+        rubric_items_replace(
+            rubric=generated,
+            items=[{"id": "c1", "text": "Another criterion.", "weight": 1.0}],
+            editor="import",
+        )
+    expert_marks(generated, {("c1", "GOOD"): False})
+    criterion_save(rubric=generated, seen_version=3, key="c1", text=CAP, weight=2, editor="rob")
+    # The older grade stayed aside (a newer one stands); now the newer one goes aside too.
+    criterion_save(
+        rubric=generated, seen_version=4, key=None, text="Spare.", weight=1, editor="rob"
+    )
+    criterion_delete(rubric=generated, seen_version=5, key="c1", editor="rob")
+    assert RetiredCriterionGrade.objects.count() == 2
+
+    restored = rubric_restore(rubric=generated, seen_version=6, version=1, editor="rob")
+
+    assert restored.grades == GradesMoved(retired=0, restored=1)
+    assert [(key, passed) for key, _, passed in grades(generated)] == [("c1", False)]
+    assert not RetiredCriterionGrade.objects.exists()  # the older one was replaced by it
+
+
 def test_grades_come_back_only_to_the_criterion_they_were_given_on(generated: Rubric) -> None:
     expert_marks(generated, {("c1", "GOOD"): True})
     criterion_delete(rubric=generated, seen_version=1, key="c1", editor="rob")

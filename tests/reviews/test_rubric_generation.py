@@ -143,6 +143,38 @@ def test_a_regeneration_that_renumbers_keeps_each_criterion_s_key_and_grades(
     kept = CriterionGrade.objects.filter(item__rubric=rubric)
     assert sorted(kept.values_list("item__text", "passed")) == [(CLAUSE, False), (CAP, True)]
     assert not RetiredCriterionGrade.objects.exists()
+    # The same answer again (the judge numbers it the same way) changes nothing.
+    again = generated_rubric_store(
+        task_pk=rubric.task_id, origin=rubric.origin, generated=written, editor="regenerated"
+    )
+    rubric.refresh_from_db()
+    assert again == "unchanged" and rubric.version == 2
+
+
+def test_a_criterion_s_current_text_keeps_its_key_before_a_text_it_held_once(
+    review_project: Project,
+    rubric_grader_selected: Metagrader,
+    review_judge: JudgeEndpoint,
+) -> None:
+    generate(review_project, ["t0"])
+    rubric = Rubric.objects.get(author_kind="generated")
+    criterion_save(
+        rubric=rubric, seen_version=1, key="c2", text=CLAUSE_FIXED, weight=1, editor="rob"
+    )
+    expert_marks(rubric, {("c2", "GOOD"): True})  # given on the reviewed text
+    written = GeneratedRubric(
+        "t0", (Criterion("c1", CLAUSE), Criterion("c2", CLAUSE_FIXED), Criterion("c3", CAP, 2.0)),
+        None, (),
+    )  # fmt: skip
+
+    generated_rubric_store(
+        task_pk=rubric.task_id, origin=rubric.origin, generated=written, editor="regenerated"
+    )
+
+    items = dict(rubric.items.values_list("text", "key"))
+    assert items[CLAUSE_FIXED] == "c2" and items[CAP] == "c1" and items[CLAUSE] == "c4"
+    grade = CriterionGrade.objects.get(item__rubric=rubric)
+    assert (grade.item.key, grade.item.text) == ("c2", CLAUSE_FIXED)
 
 
 def test_a_grading_run_reads_the_reviewed_rubric_instead_of_writing_one(
