@@ -54,10 +54,21 @@ def _with_use(endpoints: QuerySet[JudgeEndpoint]) -> QuerySet[JudgeEndpoint]:
         | Exists(SearchRun.objects.filter(Q(endpoint=pk) | Q(proposer=pk)))
         | Exists(JudgeEndpoint.objects.filter(pk=pk, audits__isnull=False))
         | Exists(
-            Job.objects.filter(status__in=Job.ACTIVE)
+            _jobs_naming_only()
             .annotate(named=Cast(KT("params__endpoint"), BigIntegerField()))
             .filter(named=pk)
         )
+    )
+
+
+def _jobs_naming_only() -> QuerySet[Job]:
+    """Jobs at work that name an endpoint only in their parameters: those of grading runs,
+    searches and audits refer to it through their run, counted on its own."""
+    return Job.objects.filter(
+        status__in=Job.ACTIVE,
+        grading_run__isnull=True,
+        search_run__isnull=True,
+        audit_run__isnull=True,
     )
 
 
@@ -78,10 +89,11 @@ def judge_edit(request: HttpRequest, slug: str, endpoint_id: int) -> HttpRespons
             answers_change = any(
                 getattr(locked, name) != form.cleaned_data[name] for name in ANSWER_FIELDS
             )
-            if answers_change and _uses(locked):
+            meanwhile = _uses(locked) if answers_change else ""
+            if meanwhile:
                 form.add_error(
                     None,
-                    f"Not saved: {_uses(locked)} used this endpoint meanwhile, so its base URL, "
+                    f"Not saved: {meanwhile} used this endpoint meanwhile, so its base URL, "
                     "model, temperature, max tokens and response format stay.",
                 )
             else:
@@ -149,9 +161,11 @@ def _uses(endpoint: JudgeEndpoint) -> str:
     Jobs name it by id in their parameters (rubric writing has no foreign key to protect it):
     those waiting or running count too."""
     searches = SearchRun.objects.filter(Q(endpoint=endpoint) | Q(proposer=endpoint)).count()
-    working = Job.objects.filter(
-        project_id=endpoint.project_id, params__endpoint=endpoint.pk, status__in=Job.ACTIVE
-    ).count()
+    working = (
+        _jobs_naming_only()
+        .filter(project_id=endpoint.project_id, params__endpoint=endpoint.pk)
+        .count()
+    )
     counts = (
         (endpoint.runs.count(), "grading run", "grading runs"),
         (searches, "search", "searches"),

@@ -154,3 +154,41 @@ def test_a_run_started_while_the_form_was_open_keeps_the_model(
     # The fields were built fixed for this request, so the post cannot change the model.
     judge.refresh_from_db()
     assert page.status_code == 302 and (judge.name, judge.model) == ("renamed", "gpt-x")
+
+
+def test_a_run_started_between_the_form_and_the_save_is_seen_under_the_lock(
+    project: Project, admin_user: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from graders import judge_views
+
+    judge = endpoint(project, "gpt")
+    real_uses = judge_views._uses
+    calls = []
+
+    def uses_later(endpoint: JudgeEndpoint) -> str:
+        # Nothing has used the judge when the form is made; a run starts right after.
+        calls.append(endpoint.pk)
+        if len(calls) == 1:
+            used_by_a_run(judge)
+            return ""
+        return real_uses(endpoint)
+
+    monkeypatch.setattr(judge_views, "_uses", uses_later)
+
+    page = client_for(admin_user).post(url("judge-edit", judge), form(judge, model="gpt-y"))
+
+    assert page.status_code == 400
+    assert "Not saved: 1 grading run used this endpoint meanwhile" in page.content.decode()
+    judge.refresh_from_db()
+    assert judge.model == "gpt-x"
+
+
+def test_a_running_grading_job_counts_once_as_its_run(project: Project, admin_user: User) -> None:
+    judge = endpoint(project, "gpt")
+    used_by_a_run(judge)
+    Job.objects.filter(kind="grading").update(status="running", params={"endpoint": judge.pk})
+
+    refused = client_for(admin_user).post(url("judge-delete", judge), follow=True)
+
+    message = "Judge gpt was not deleted: 1 grading run used it, and their records name it."
+    assert message in refused.content.decode()
