@@ -199,6 +199,18 @@ def grades(rubric: Rubric) -> list[tuple[str, str, bool]]:
     return sorted(rows.values_list("item__key", "response__content", "passed"))
 
 
+def import_c1_with_another_text(rubric: Rubric) -> GradesMoved:
+    """An import that brings key c1 back, at version 3, with a text no grade was given on."""
+    with transaction.atomic():
+        Rubric.objects.filter(pk=rubric.pk).update(version=3)
+        rubric.refresh_from_db()
+        return rubric_items_replace(
+            rubric=rubric,
+            items=[{"id": "c1", "text": "Another criterion.", "weight": 1.0}],
+            editor="import",
+        )
+
+
 def test_removing_a_graded_criterion_sets_its_grades_aside_and_a_restore_brings_them_back(
     generated: Rubric,
 ) -> None:
@@ -235,15 +247,8 @@ def test_restored_grades_keep_the_time_they_were_given(generated: Rubric) -> Non
 def test_a_set_aside_grade_never_overrides_a_newer_one(generated: Rubric) -> None:
     expert_marks(generated, {("c1", "GOOD"): True})
     criterion_delete(rubric=generated, seen_version=1, key="c1", editor="rob")
-    # An import brings key c1 back with another text; the expert grades the same response on it.
-    with transaction.atomic():
-        Rubric.objects.filter(pk=generated.pk).update(version=3)
-        generated.refresh_from_db()
-        rubric_items_replace(
-            rubric=generated,
-            items=[{"id": "c1", "text": "Another criterion.", "weight": 1.0}],
-            editor="import",
-        )
+    # The expert grades the same response on the imported c1.
+    import_c1_with_another_text(generated)
     expert_marks(generated, {("c1", "GOOD"): False})
 
     # A reviewer rewords c1 back to the text of the set-aside grade.
@@ -259,14 +264,7 @@ def test_a_set_aside_grade_never_overrides_a_newer_one(generated: Rubric) -> Non
 def test_a_grade_set_aside_twice_comes_back_once_the_newer_one(generated: Rubric) -> None:
     expert_marks(generated, {("c1", "GOOD"): True})
     criterion_delete(rubric=generated, seen_version=1, key="c1", editor="rob")
-    with transaction.atomic():  # an import brings c1 back with another text
-        Rubric.objects.filter(pk=generated.pk).update(version=3)
-        generated.refresh_from_db()
-        rubric_items_replace(
-            rubric=generated,
-            items=[{"id": "c1", "text": "Another criterion.", "weight": 1.0}],
-            editor="import",
-        )
+    import_c1_with_another_text(generated)
     expert_marks(generated, {("c1", "GOOD"): False})
     criterion_save(rubric=generated, seen_version=3, key="c1", text=CAP, weight=2, editor="rob")
     # The older grade stayed aside (a newer one stands); now the newer one goes aside too.
@@ -286,16 +284,8 @@ def test_a_grade_set_aside_twice_comes_back_once_the_newer_one(generated: Rubric
 def test_grades_come_back_only_to_the_criterion_they_were_given_on(generated: Rubric) -> None:
     expert_marks(generated, {("c1", "GOOD"): True})
     criterion_delete(rubric=generated, seen_version=1, key="c1", editor="rob")
-    # An import (or anything else) that brings key c1 back with another text is another
-    # criterion: the grade given on the old text stays aside.
-    with transaction.atomic():
-        Rubric.objects.filter(pk=generated.pk).update(version=3)
-        generated.refresh_from_db()
-        moved = rubric_items_replace(
-            rubric=generated,
-            items=[{"id": "c1", "text": "Another criterion.", "weight": 1.0}],
-            editor="import",
-        )
+    # Key c1 back with another text is another criterion: the old text's grade stays aside.
+    moved = import_c1_with_another_text(generated)
 
     assert moved == GradesMoved(retired=0, restored=0)
     assert grades(generated) == []

@@ -33,6 +33,14 @@ def writing_calls(fake_judge: FakeJudgeServer) -> int:
     )
 
 
+def regenerate(rubric: Rubric, *criteria: Criterion) -> str:
+    """Store `criteria` as the program's new answer for the rubric's task, as a regeneration."""
+    written = GeneratedRubric(rubric.task.external_id, criteria, None, ())
+    return generated_rubric_store(
+        task_pk=rubric.task_id, origin=rubric.origin, generated=written, editor="regenerated"
+    )
+
+
 def test_a_job_writes_one_rubric_per_task_and_a_second_delivery_does_nothing(
     review_project: Project,
     rubric_grader_selected: Metagrader,
@@ -88,22 +96,13 @@ def test_tasks_with_a_rubric_are_skipped_unless_regenerated(
     assert list(rubric.revisions.values_list("version", flat=True)) == [1, 2, 3]
 
 
-def test_a_regenerated_criterion_under_an_old_number_gets_a_new_key(
-    review_project: Project,
-    rubric_grader_selected: Metagrader,
-    review_judge: JudgeEndpoint,
-) -> None:
-    generate(review_project, ["t0"])
-    rubric = Rubric.objects.get(author_kind="generated")
+def test_a_regenerated_criterion_under_an_old_number_gets_a_new_key(generated: Rubric) -> None:
+    rubric = generated
     expert_marks(rubric, {("c2", "GOOD"): True})
     law = "Names the governing law."
-    written = GeneratedRubric(
-        "t0", (Criterion("c1", CAP, 2.0), Criterion("c2", law), Criterion("c3", "Names the buyer.")),
-        None, (),
-    )  # fmt: skip
 
-    outcome = generated_rubric_store(
-        task_pk=rubric.task_id, origin=rubric.origin, generated=written, editor="regenerated"
+    outcome = regenerate(
+        rubric, Criterion("c1", CAP, 2.0), Criterion("c2", law), Criterion("c3", "Names the buyer.")
     )
 
     assert outcome == "updated"
@@ -119,21 +118,15 @@ def test_a_regenerated_criterion_under_an_old_number_gets_a_new_key(
 
 
 def test_a_regeneration_that_renumbers_keeps_each_criterion_s_key_and_grades(
-    review_project: Project,
-    rubric_grader_selected: Metagrader,
-    review_judge: JudgeEndpoint,
+    generated: Rubric,
 ) -> None:
-    generate(review_project, ["t0"])
-    rubric = Rubric.objects.get(author_kind="generated")
+    rubric = generated
     expert_marks(rubric, {("c1", "GOOD"): True, ("c2", "GOOD"): False})
     new = "Names the buyer."
-    written = GeneratedRubric(
-        "t0", (Criterion("c1", new), Criterion("c2", CAP, 2.0), Criterion("c3", CLAUSE)), None, ()
-    )  # one criterion added at the top: the judge numbers the old two c2 and c3 now
+    # One criterion added at the top: the judge numbers the old two c2 and c3 now.
+    written = (Criterion("c1", new), Criterion("c2", CAP, 2.0), Criterion("c3", CLAUSE))
 
-    generated_rubric_store(
-        task_pk=rubric.task_id, origin=rubric.origin, generated=written, editor="regenerated"
-    )
+    regenerate(rubric, *written)
 
     assert list(rubric.items.values_list("key", "text")) == [
         ("c4", new),
@@ -144,31 +137,22 @@ def test_a_regeneration_that_renumbers_keeps_each_criterion_s_key_and_grades(
     assert sorted(kept.values_list("item__text", "passed")) == [(CLAUSE, False), (CAP, True)]
     assert not RetiredCriterionGrade.objects.exists()
     # The same answer again (the judge numbers it the same way) changes nothing.
-    again = generated_rubric_store(
-        task_pk=rubric.task_id, origin=rubric.origin, generated=written, editor="regenerated"
-    )
+    again = regenerate(rubric, *written)
     rubric.refresh_from_db()
     assert again == "unchanged" and rubric.version == 2
 
 
 def test_a_criterion_s_current_text_keeps_its_key_before_a_text_it_held_once(
-    review_project: Project,
-    rubric_grader_selected: Metagrader,
-    review_judge: JudgeEndpoint,
+    generated: Rubric,
 ) -> None:
-    generate(review_project, ["t0"])
-    rubric = Rubric.objects.get(author_kind="generated")
+    rubric = generated
     criterion_save(
         rubric=rubric, seen_version=1, key="c2", text=CLAUSE_FIXED, weight=1, editor="rob"
     )
     expert_marks(rubric, {("c2", "GOOD"): True})  # given on the reviewed text
-    written = GeneratedRubric(
-        "t0", (Criterion("c1", CLAUSE), Criterion("c2", CLAUSE_FIXED), Criterion("c3", CAP, 2.0)),
-        None, (),
-    )  # fmt: skip
 
-    generated_rubric_store(
-        task_pk=rubric.task_id, origin=rubric.origin, generated=written, editor="regenerated"
+    regenerate(
+        rubric, Criterion("c1", CLAUSE), Criterion("c2", CLAUSE_FIXED), Criterion("c3", CAP, 2.0)
     )
 
     items = dict(rubric.items.values_list("text", "key"))

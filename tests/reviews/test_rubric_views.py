@@ -35,8 +35,20 @@ def review_url(task: str = "t0") -> str:
     return reverse("rubric-review", args=["acme", task])
 
 
+def post(client: Client, view: str, rubric: Rubric, **data: Any) -> Any:
+    return client.post(reverse(view, args=["acme", rubric.pk]), data, headers=HTMX)
+
+
 def save(client: Client, rubric: Rubric, **data: Any) -> Any:
-    return client.post(reverse("rubric-item-save", args=["acme", rubric.pk]), data, headers=HTMX)
+    return post(client, "rubric-item-save", rubric, **data)
+
+
+def delete(client: Client, rubric: Rubric, key: str, version: int) -> Any:
+    return post(client, "rubric-item-delete", rubric, key=key, version=version)
+
+
+def restore(client: Client, rubric: Rubric, version: int) -> Any:
+    return post(client, "rubric-restore", rubric, version=version, restore=1)
 
 
 def test_outsiders_get_404_and_experts_403_everywhere(
@@ -196,28 +208,15 @@ def test_two_reviewers_saving_one_criterion_the_second_gets_409_with_the_current
 
 def test_delete_add_and_restore_through_the_page(generated: Rubric, reviewer_user: User) -> None:
     client = login(reviewer_user)
-    delete = client.post(
-        reverse("rubric-item-delete", args=["acme", generated.pk]),
-        {"key": "c1", "version": 1},
-        headers=HTMX,
-    )
-    assert delete.status_code == 200
-    last = client.post(
-        reverse("rubric-item-delete", args=["acme", generated.pk]),
-        {"key": "c2", "version": 2},
-        headers=HTMX,
-    )
+    assert delete(client, generated, key="c1", version=1).status_code == 200
+    last = delete(client, generated, key="c2", version=2)
     assert last.status_code == 422 and "at least one criterion" in last.content.decode()
     assert (
         save(client, generated, key="", version=2, text="Names the buyer.", weight=1).status_code
         == 200
     )
-    restore = client.post(
-        reverse("rubric-restore", args=["acme", generated.pk]),
-        {"version": 3, "restore": 1},
-        headers=HTMX,
-    )
-    assert restore.status_code == 200 and "Restore version 3" in restore.content.decode()
+    restored = restore(client, generated, version=3)
+    assert restored.status_code == 200 and "Restore version 3" in restored.content.decode()
     generated.refresh_from_db()
     assert generated.version == 4
     assert list(generated.items.values_list("key", "text")) == [("c1", CAP), ("c2", CLAUSE)]
@@ -232,22 +231,14 @@ def test_the_page_says_where_the_grades_of_a_removed_criterion_went(
 ) -> None:
     expert_marks(generated, {("c1", "GOOD"): True, ("c1", "POOR"): False})
     client = login(reviewer_user)
-    delete = client.post(
-        reverse("rubric-item-delete", args=["acme", generated.pk]),
-        {"key": "c1", "version": 1},
-        headers=HTMX,
-    )
-    assert delete.status_code == 200
-    assert "2 expert grades are kept with the rubric&#x27;s history" in delete.content.decode()
+    deleted = delete(client, generated, key="c1", version=1)
+    assert deleted.status_code == 200
+    assert "2 expert grades are kept with the rubric&#x27;s history" in deleted.content.decode()
     page = client.get(review_url()).content.decode()
     aside = page[page.index("data-set-aside") : page.index('<ol class="versions">')]
     assert f"<code>c1</code> “{CAP}”: 2 grades, removed in version 2" in aside
-    restore = client.post(
-        reverse("rubric-restore", args=["acme", generated.pk]),
-        {"version": 2, "restore": 1},
-        headers=HTMX,
-    )
-    assert "2 expert grades are back on the restored criteria." in restore.content.decode()
+    restored = restore(client, generated, version=2)
+    assert "2 expert grades are back on the restored criteria." in restored.content.decode()
     assert "data-set-aside" not in client.get(review_url()).content.decode()  # none left aside
     assert generated.items.get(key="c1").grades.count() == 2
 
