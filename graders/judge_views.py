@@ -6,6 +6,10 @@ model, temperature, max tokens, response format): those runs' grades and cached 
 from it, so a different model is a new endpoint. Its name, key variable, concurrency, timeout
 and prices can still change, and it cannot be deleted while anything refers to it."""
 
+import functools
+import operator
+from typing import Any
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
@@ -48,28 +52,28 @@ def judges_page(request: HttpRequest, slug: str) -> HttpResponse:
 def _with_use(endpoints: QuerySet[JudgeEndpoint]) -> QuerySet[JudgeEndpoint]:
     """Each endpoint with `in_use`: whether anything _uses() counts refers to it, in the same
     query, so the page offers Delete only where it can succeed."""
-    pk = OuterRef("pk")
-    return endpoints.annotate(
-        in_use=Exists(GradingRun.objects.filter(endpoint=pk))
-        | Exists(SearchRun.objects.filter(Q(endpoint=pk) | Q(proposer=pk)))
-        | Exists(JudgeEndpoint.objects.filter(pk=pk, audits__isnull=False))
-        | Exists(
-            _jobs_naming_only()
-            .annotate(named=Cast(KT("params__endpoint"), BigIntegerField()))
-            .filter(named=pk)
-        )
-    )
+    referrers = (Exists(found) for found, _, _ in _referrers(OuterRef("pk")))
+    return endpoints.annotate(in_use=functools.reduce(operator.or_, referrers))
 
 
-def _jobs_naming_only() -> QuerySet[Job]:
-    """Jobs at work that name an endpoint only in their parameters: those of grading runs,
-    searches and audits refer to it through their run, counted on its own."""
-    return Job.objects.filter(
+def _referrers(pk: int | OuterRef) -> list[tuple[QuerySet[Any], str, str]]:
+    """What refers to the endpoint `pk` (an id, or OuterRef("pk") in a subquery) and so keeps
+    it, each with its name in words. Jobs name an endpoint by id in their parameters (rubric
+    writing has no foreign key to protect it): those waiting or running count too, except the
+    jobs of grading runs, searches and audits, which count as their run."""
+    audits = JudgeEndpoint._meta.get_field("audits").related_model  # reviews' AuditRun
+    jobs = Job.objects.filter(
         status__in=Job.ACTIVE,
         grading_run__isnull=True,
         search_run__isnull=True,
         audit_run__isnull=True,
-    )
+    ).annotate(named=Cast(KT("params__endpoint"), BigIntegerField()))
+    return [
+        (GradingRun.objects.filter(endpoint=pk), "grading run", "grading runs"),
+        (SearchRun.objects.filter(Q(endpoint=pk) | Q(proposer=pk)), "search", "searches"),
+        (audits.objects.filter(endpoint=pk), "audit", "audits"),
+        (jobs.filter(named=pk), "job at work", "jobs at work"),
+    ]
 
 
 @require_http_methods(["GET", "POST"])
@@ -157,19 +161,6 @@ def _saved(form: EndpointForm) -> JudgeEndpoint:
 
 
 def _uses(endpoint: JudgeEndpoint) -> str:
-    """What has used the endpoint, in words ("3 grading runs and 1 search"); empty if nothing.
-    Jobs name it by id in their parameters (rubric writing has no foreign key to protect it):
-    those waiting or running count too."""
-    searches = SearchRun.objects.filter(Q(endpoint=endpoint) | Q(proposer=endpoint)).count()
-    working = (
-        _jobs_naming_only()
-        .filter(project_id=endpoint.project_id, params__endpoint=endpoint.pk)
-        .count()
-    )
-    counts = (
-        (endpoint.runs.count(), "grading run", "grading runs"),
-        (searches, "search", "searches"),
-        (endpoint.audits.count(), "audit", "audits"),
-        (working, "job at work", "jobs at work"),
-    )
+    """What refers to the endpoint, in words ("3 grading runs and 1 search"); empty if nothing."""
+    counts = ((found.count(), one, many) for found, one, many in _referrers(endpoint.pk))
     return " and ".join(f"{n} {one if n == 1 else many}" for n, one, many in counts if n)

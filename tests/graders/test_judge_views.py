@@ -9,7 +9,7 @@ from django.test import Client
 from django.urls import reverse
 
 from graders.engine.baseline import baseline_program
-from graders.models import GradingRun, JudgeEndpoint
+from graders.models import GradingRun, JudgeEndpoint, SearchRun
 from graders.services import metagrader_register
 from labeling.models import Job, Project, Task
 
@@ -124,6 +124,31 @@ def test_only_the_projects_admins_change_judges(
     assert "Make default" not in listing and url("judge-edit", judge) not in listing
     admin_listing = client_for(admin_user).get(reverse("judges", args=["acme"])).content.decode()
     assert "Make default" in admin_listing and url("judge-edit", judge) in admin_listing
+
+
+def test_every_kind_of_use_keeps_an_endpoint_and_is_named(
+    project: Project, admin_user: User
+) -> None:
+    from reviews.models import AuditRun
+
+    judged, proposed, audited, free = (endpoint(project, n) for n in ("a", "b", "c", "free"))
+
+    def job(**params: Any) -> Job:
+        # Active, so only the run it belongs to may count it (not a second time as a job).
+        return Job.objects.create(project=project, kind="search", params=params)
+
+    SearchRun.objects.create(project=project, job=job(endpoint=judged.pk), kind="scalar",
+                             mode="structured", endpoint=judged, proposer=proposed, n=1)  # fmt: skip
+    AuditRun.objects.create(project=project, job=job(endpoint=audited.pk), endpoint=audited)
+    Job.objects.create(project=project, kind="rubric_generation", params={"endpoint": audited.pk})
+    listing = client_for(admin_user).get(reverse("judges", args=["acme"])).content.decode()
+
+    assert listing.count(">in use</span>") == 3 and url("judge-delete", free) in listing
+    for judge, words in ((judged, "1 search"), (proposed, "1 search"),
+                         (audited, "1 audit and 1 job at work")):  # fmt: skip
+        refused = client_for(admin_user).post(url("judge-delete", judge), follow=True)
+        assert f"Judge {judge.name} was not deleted: {words} used it" in refused.content.decode()
+    assert JudgeEndpoint.objects.count() == 4
 
 
 def test_a_judge_a_queued_job_names_is_not_deleted(project: Project, admin_user: User) -> None:
