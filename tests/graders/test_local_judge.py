@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from graders.local_judge import (
+    LOCAL_JUDGE_CONTEXT_TOKENS,
     LOCAL_JUDGE_MODEL,
     LocalJudgeUnavailable,
     local_judge_model_path,
@@ -108,6 +109,15 @@ def test_scores_are_json_within_the_schema_enum(
             answer = json.loads(response.json()["choices"][0]["message"]["content"])
 
             assert answer["score"] in ALLOWED_SCORES, answer
+
+
+def test_a_request_may_hold_a_demo_trajectory_pair(local_judge: str) -> None:
+    # The demo's pairwise calls on airline trajectories run to about 2,500 tokens; with a
+    # 2048-token context llama.cpp refused every one with HTTP 400. The context it reports is
+    # one slot's, the most a single request may hold.
+    props = httpx.get(f"{local_judge}/props", timeout=10).json()
+
+    assert props["default_generation_settings"]["n_ctx"] == LOCAL_JUDGE_CONTEXT_TOKENS >= 4096
 
 
 @pytest.mark.django_db
