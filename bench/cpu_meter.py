@@ -8,6 +8,7 @@ parent's "cutime" and "cstime"). So PostgreSQL's backends, opened and closed as 
 age out, count in full under their postmaster, as gunicorn's workers do under its master."""
 
 import os
+import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -19,6 +20,21 @@ class _Process(NamedTuple):
     parent: int
     own: float  # CPU seconds of the process itself, all threads, user and system
     reaped: float  # CPU seconds of its descendants that ended and were waited for
+
+
+def host_speed_ms(rounds: int = 5) -> float:
+    """Milliseconds a fixed piece of pure Python takes here, the best of `rounds`. Machines of
+    one kind differ in speed, and a request's CPU scales with this, so it lets runs on
+    different hosts be compared."""
+    best = float("inf")
+    for _ in range(rounds):
+        started = time.perf_counter()
+        table: dict[str, int] = {}
+        for number in range(200_000):
+            key = f"k{number % 997}"
+            table[key] = table.get(key, 0) + len(key)
+        best = min(best, time.perf_counter() - started)
+    return best * 1000
 
 
 def available() -> bool:

@@ -15,7 +15,8 @@ so a server that falls behind is charged for the queue it builds. Each request c
 in turn), graded by a scalar grader whose calls run concurrently: one judge round per
 request. Overhead = latency -
 the judge's latency. Prints p50 and p99 overhead, throughput, and the ratio of p99 overhead to
-the 25 ms target (at most 1 passes); on Linux also the CPU the server, PostgreSQL, the fake
+the 25 ms target (at most 1 passes), and how long a fixed Python loop takes on this host, to
+compare runs across hosts; on Linux also the CPU the server, PostgreSQL, the fake
 judge and this client spent per request, and the host's steal share, which on a shared machine
 move the percentiles as much as our code does.
 """
@@ -201,6 +202,7 @@ def main() -> None:
         help="the reward API's own endpoint, or OpenRLHF's remote reward model protocol",
     )  # fmt: skip
     args = parser.parse_args()
+    host_ms = cpu_meter.host_speed_ms()  # before anything else loads the machine
 
     bench_environment()
     import django
@@ -270,6 +272,7 @@ def main() -> None:
         else "manage.py runserver (threaded)"
     )
     print(f"database:   {vendor}, connections {persistent}; server: {served}, DEBUG off")
+    print(f"host:       fixed Python loop: {host_ms:.0f} ms (best of 5; lower is faster)")
     print(
         f"load:       {count} requests to {args.endpoint} x {args.responses} new responses "
         f"on {args.tasks} task{'s' if args.tasks > 1 else ''}, open loop at "
