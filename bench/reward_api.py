@@ -13,12 +13,11 @@ i / rate whether or not earlier ones have come back, and its latency counts from
 so a server that falls behind is charged for the queue it builds. Each request carries
 `responses` responses never seen before (no judge cache hit) to a stored task (the `tasks`
 in turn), graded by a scalar grader whose calls run concurrently: one judge round per
-request. Overhead = latency -
-the judge's latency. Prints p50 and p99 overhead, throughput, and the ratio of p99 overhead to
-the 25 ms target (at most 1 passes), and how long a fixed Python loop takes on this host, to
-compare runs across hosts; on Linux also the CPU the server, PostgreSQL, the fake
-judge and this client spent per request, and the host's steal share, which on a shared machine
-move the percentiles as much as our code does.
+request. Overhead = latency - the judge's latency. Prints p50 and p99 overhead, throughput,
+the ratio of p99 overhead to the 25 ms target (at most 1 passes), and how long a fixed Python
+loop takes on this host, to compare runs across hosts; on Linux also the CPU the server,
+PostgreSQL, the fake judge and this client spent per request, and the host's steal share,
+which on a shared machine move the percentiles as much as our code does.
 """
 
 import argparse
