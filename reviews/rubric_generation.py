@@ -189,16 +189,19 @@ async def _rubrics_write(
     return list(written), judge.usage
 
 
-def _rekeyed(rubric: Rubric, written: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _rekeyed(
+    rubric: Rubric, current: list[dict[str, Any]], written: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     """`written` keyed so that a criterion keeps its experts' grades and no grade passes to a
     different criterion. The judge numbers criteria c1, c2, ... afresh each time, so a number
-    says little: a criterion takes the key that holds (or once held) its text; else its own
-    number, if that number never held another text; else a key never used."""
+    says little: a criterion takes the key that holds its text in `current` (the rubric's
+    items) or once held it; else its own number, if that number never held another text; else
+    a key never used."""
     held: dict[str, set[str]] = {}  # key -> every text it has held, current ones included
     for items in rubric.revisions.values_list("items", flat=True):
         for item in items:
             held.setdefault(item["id"], set()).add(item["text"])
-    current = {item["text"]: item["id"] for item in rubric_items_snapshot(rubric)}
+    now = {item["text"]: item["id"] for item in current}
     earlier: dict[str, str] = {}
     for key, texts in held.items():
         for text in texts:
@@ -206,7 +209,7 @@ def _rekeyed(rubric: Rubric, written: list[dict[str, Any]]) -> list[dict[str, An
     keys: list[str | None] = [None] * len(written)
     used: set[str] = set()
     # A key goes first to the criterion whose text it holds now, then to one it held before.
-    for by_text in (current, earlier):
+    for by_text in (now, earlier):
         for at, item in enumerate(written):
             key = by_text.get(item["text"])
             if keys[at] is None and key is not None and key not in used:
@@ -217,8 +220,10 @@ def _rekeyed(rubric: Rubric, written: list[dict[str, Any]]) -> list[dict[str, An
         if keys[at] is None and own not in used and held.get(own, {item["text"]}) <= {item["text"]}:
             keys[at] = own
             used.add(own)
-    missing = [at for at, key in enumerate(keys) if key is None]
-    fresh = iter(rubric_keys_unused(rubric, len(missing), used | {i["id"] for i in written}))
+    missing = keys.count(None)
+    fresh = iter(
+        rubric_keys_unused(rubric, missing, used | {i["id"] for i in written}) if missing else []
+    )
     return [{**item, "id": key or next(fresh)} for item, key in zip(written, keys, strict=True)]
 
 
@@ -235,8 +240,9 @@ def generated_rubric_store(
             task_id=task_pk, author_kind=AuthorKind.GENERATED, origin=origin
         )
         if not created:
-            items = _rekeyed(rubric, items)  # before comparing: a rubric once rekeyed keeps it
-            if rubric_items_snapshot(rubric) == items:
+            current = rubric_items_snapshot(rubric)
+            items = _rekeyed(rubric, current, items)  # first: a rubric once rekeyed keeps it
+            if current == items:
                 return "unchanged"
             rubric.version += 1
             Rubric.objects.filter(pk=rubric.pk).update(
