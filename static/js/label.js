@@ -5,6 +5,7 @@
 (function () {
   "use strict";
   const PENDING_KEY = "workbench-pending-labels";
+  const CONTROLS = "summary, button";
   const app = document.getElementById("label-app");
   if (!app) return;
 
@@ -20,8 +21,8 @@
     if (!el || !el.dataset.assignment) { state = null; return; }
     state = {
       card: el,
-      side: el.dataset.side || null,
-      confidence: el.dataset.confidence === "" ? null : Number(el.dataset.confidence),
+      side: el.dataset.currentSide || null,
+      confidence: el.dataset.currentConfidence === "" ? null : Number(el.dataset.currentConfidence),
       started: null, hiddenMs: 0, hiddenSince: null,
     };
     if (!el.querySelector("[data-intro]")) state.started = performance.now();
@@ -159,6 +160,9 @@
     const target = event.target;
     if (target && (target.tagName === "INPUT" || target.tagName === "TEXTAREA" || target.isContentEditable)) return;
     if (event.altKey || event.ctrlKey || event.metaKey) return;
+    // Enter on a focused control does what the control does (an expander opens or closes, a
+    // button is pressed, a link is followed); Enter anywhere else submits.
+    if (event.key === "Enter" && target.closest && target.closest(CONTROLS + ", a[href]")) return;
     if (!state) { if (event.key === "Backspace") { event.preventDefault(); previous(); } return; }
     if (introShown()) {
       if (event.key === "Enter") { event.preventDefault(); introDismiss(); }
@@ -172,14 +176,24 @@
     if (event.key === "Backspace") { event.preventDefault(); previous(); }
   });
 
+  // A click on a response card (or its Response 1/2 button) picks that side, unless it lands in
+  // an expander or a link or ends a text selection: those only do their own thing.
   document.addEventListener("click", (event) => {
-    if (!state) return;
-    if (event.target.closest("[data-intro-start]") && introShown()) { introDismiss(); return; }
-    const pick = event.target.closest("[data-pick]");
-    const confidence = event.target.closest("[data-confidence]");
-    if (event.target.closest("[data-submit]")) { submit(); return; }
-    if (confidence && state.card.contains(confidence)) { state.confidence = Number(confidence.dataset.confidence); render(); return; }
-    if (pick && state.card.contains(pick) && !event.target.closest("summary, a, details[open] pre")) { state.side = pick.dataset.pick; render(); }
+    if (!state || !state.card.contains(event.target)) return;
+    const target = event.target;
+    if (target.closest("[data-intro-start]") && introShown()) { introDismiss(); return; }
+    if (target.closest("[data-submit]")) { submit(); return; }
+    const confidence = target.closest("button[data-confidence]");
+    if (confidence) { state.confidence = Number(confidence.dataset.confidence); render(); status(""); return; }
+    if (target.closest("details, a") || !document.getSelection().isCollapsed) return;
+    const pick = target.closest("[data-pick]");
+    if (pick) { state.side = pick.dataset.pick; render(); status(""); }
+  });
+
+  // Pressing a control with the pointer does not move keyboard focus onto it, so Enter still
+  // submits after the mouse opened an expander or picked a side; Tab reaches controls for keys.
+  document.addEventListener("mousedown", (event) => {
+    if (state && state.card.contains(event.target) && event.target.closest(CONTROLS)) event.preventDefault();
   });
 
   document.addEventListener("visibilitychange", () => {
