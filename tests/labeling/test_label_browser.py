@@ -387,7 +387,8 @@ def test_criterion_grading_by_keyboard(browser: Any, live_server: Any, tmp_path:
     page.keyboard.press("f")  # c2 fail, focus moves on to c3
     page.keyboard.press("n")  # right after a mark: the note of the criterion just failed
     page.keyboard.type("clause 4 is misquoted")
-    page.keyboard.press("Escape")
+    page.keyboard.press("Escape")  # on to the next unmarked criterion, c3
+    page.keyboard.press("k")
     page.keyboard.press("k")  # to c1: N now notes the focused criterion
     page.keyboard.press("n")
     page.keyboard.type("exact")
@@ -411,6 +412,45 @@ def test_criterion_grading_by_keyboard(browser: Any, live_server: Any, tmp_path:
         "c2": (False, "clause 4 is misquoted"),
         "c3": (True, ""),
     }
+
+
+def test_after_a_mark_and_its_note_focus_moves_to_the_next_unmarked_criterion(
+    browser: Any, live_server: Any, tmp_path: Path
+) -> None:
+    """Issue 13 item 12: F, N, a note, Esc, P used to pass the criterion just failed (Esc put
+    focus back on it); now P marks the next one. A note closed by Enter moves on the same way
+    instead of submitting, and Enter then submits."""
+    project = Project.objects.create(slug="lab", name="Lab")
+    records = [
+        {"type": "task", "id": "t", "prompt": "Review", "split": "meta"},
+        {"type": "response", "id": "t/r1", "task": "t", "content": "first"},
+        {"type": "rubric", "task": "t", "items": [{"id": "c1", "text": "Names the cap."}, {"id": "c2", "text": "Cites clause 4."}, {"id": "c3", "text": "Flags the MAC."}]},
+    ]  # fmt: skip
+    jsonl_import(project=project, path=write_jsonl(tmp_path / "g.jsonl", records))
+    user = expert(project)
+    page = logged_in_page(browser, live_server, user)
+    page.goto(f"{live_server.url}/p/lab/grade/")
+    expect(page.locator(".criterion.focused")).to_contain_text("Names the cap.")
+    page.keyboard.press("f")
+    page.keyboard.press("n")
+    page.keyboard.type("no cap named")
+    page.keyboard.press("Escape")
+    expect(page.locator(".criterion.focused")).to_contain_text("Cites clause 4.")
+    page.keyboard.press("p")
+    expect(page.locator(".criterion.focused")).to_contain_text("Flags the MAC.")
+    page.keyboard.press("f")
+    page.keyboard.press("n")
+    page.keyboard.type("MAC missed")
+    page.keyboard.press("Enter")  # closes the note; nothing is submitted yet
+    expect(page.locator(".criterion.focused")).to_contain_text("Flags the MAC.")
+    page.wait_for_timeout(300)
+    assert not CriterionGrade.objects.exists()
+    page.keyboard.press("Enter")
+    expect(page.locator("#grading-card .empty")).to_be_visible()
+    grades = {
+        g.item.key: (g.passed, g.note) for g in CriterionGrade.objects.filter(annotator__user=user)
+    }
+    assert grades == {"c1": (False, "no cap named"), "c2": (True, ""), "c3": (False, "MAC missed")}
 
 
 def test_on_a_phone_the_page_fits_and_the_responses_stack(
