@@ -1,4 +1,4 @@
-"""The labeling pages in a real browser, driven with the keyboard as an expert would."""
+"""The labeling pages in a real browser, driven with the keyboard and the mouse as an expert would."""
 
 from pathlib import Path
 from typing import Any
