@@ -1,12 +1,16 @@
 // Pairwise labeling, keyboard first. The server renders each pair card; this script only tracks
 // the choice, the confidence and the time spent, submits, and swaps in the next card. A
 // submission that fails (offline, server error) is kept in localStorage and retried until the
-// server has it, so no label is lost; resubmitting is harmless on the server.
+// server has it, so no label is lost; resubmitting is harmless on the server. Kept labels are
+// stored per user and project, so a label is only ever retried by a page of the person who
+// made it, in its project, whoever else uses the browser in between.
 (function () {
   "use strict";
-  const PENDING_KEY = "workbench-pending-labels";
+  const CONTROLS = "summary, button";
   const app = document.getElementById("label-app");
   if (!app) return;
+  const PENDING_KEY = "workbench-pending-labels:" + app.dataset.user + ":" + app.dataset.project;
+  const SHARED_KEY = "workbench-pending-labels";  // before labels were kept per user and project
 
   const csrf = JSON.parse(document.body.getAttribute("hx-headers") || "{}")["X-CSRFToken"];
   const history = [];          // assignment ids already submitted, for Backspace
@@ -20,8 +24,8 @@
     if (!el || !el.dataset.assignment) { state = null; return; }
     state = {
       card: el,
-      side: el.dataset.side || null,
-      confidence: el.dataset.confidence === "" ? null : Number(el.dataset.confidence),
+      side: el.dataset.currentSide || null,
+      confidence: el.dataset.currentConfidence === "" ? null : Number(el.dataset.currentConfidence),
       started: null, hiddenMs: 0, hiddenSince: null,
     };
     if (!el.querySelector("[data-intro]")) state.started = performance.now();
@@ -53,8 +57,27 @@
     return ((performance.now() - state.started - hidden) / 1000).toFixed(2);
   }
 
-  function pending() { return JSON.parse(localStorage.getItem(PENDING_KEY) || "[]"); }
-  function savePending(list) { localStorage.setItem(PENDING_KEY, JSON.stringify(list)); }
+  function pending(key = PENDING_KEY) { return JSON.parse(localStorage.getItem(key) || "[]"); }
+  function savePending(list, key = PENDING_KEY) {
+    if (list.length) localStorage.setItem(key, JSON.stringify(list));
+    else localStorage.removeItem(key);
+  }
+
+  // Labels kept under the shared key of earlier versions carry no owner. The server says whose
+  // each one is without receiving it: the label's pair card (a GET) opens only for its own
+  // annotator. This user's labels move to this user's key; the others stay for their owners.
+  async function adoptShared() {
+    const project = new URL(app.dataset.nextUrl, location.href).pathname;  // this project's label page
+    const mine = [];
+    for (const entry of pending(SHARED_KEY).filter((p) => p.url.startsWith(project))) {
+      let response = null;
+      try { response = await fetch(entry.url.replace(/submit\/$/, ""), { credentials: "same-origin" }); } catch (error) { return; }
+      if (response.ok && !response.redirected) mine.push(entry);
+    }
+    if (!mine.length) return;
+    savePending(pending(SHARED_KEY).filter((p) => !mine.some((m) => m.url === p.url)), SHARED_KEY);
+    savePending(pending().filter((p) => !mine.some((m) => m.url === p.url)).concat(mine));
+  }
 
   async function post(url, data) {
     const response = await fetch(url, {
@@ -96,12 +119,12 @@
       const entry = queue[0];
       let response = null;
       try { response = await post(entry.url, entry.data); } catch (error) { response = null; }
-      if (response && response.redirected) {
-        // The session ended and the server answered with the login page: nothing was saved.
-        status("Your session has ended. Log in again in another tab; this label is kept and will be sent.", "error");
-        await new Promise((resolve) => setTimeout(resolve, delay));
-        delay = Math.min(delay * 2, 30000);
-        continue;
+      if (response && (response.redirected || response.status === 403)) {
+        // The session ended (the login page answered) or changed (a login elsewhere renews the
+        // CSRF token, which this page holds): nothing was saved, and no retry from this page
+        // can be. The label stays kept for this page's user, whose next label page sends it.
+        status("Not saved: your session has ended or changed. Log in again and reload this page; this label is kept and will be sent.", "error");
+        break;
       }
       if (response && response.ok) {
         savePending(pending().filter((p) => p.url !== entry.url));
@@ -159,6 +182,9 @@
     const target = event.target;
     if (target && (target.tagName === "INPUT" || target.tagName === "TEXTAREA" || target.isContentEditable)) return;
     if (event.altKey || event.ctrlKey || event.metaKey) return;
+    // Enter on a focused control does what the control does (an expander opens or closes, a
+    // button is pressed, a link is followed); Enter anywhere else submits.
+    if (event.key === "Enter" && target.closest && target.closest(CONTROLS + ", a[href]")) return;
     if (!state) { if (event.key === "Backspace") { event.preventDefault(); previous(); } return; }
     if (introShown()) {
       if (event.key === "Enter") { event.preventDefault(); introDismiss(); }
@@ -172,14 +198,24 @@
     if (event.key === "Backspace") { event.preventDefault(); previous(); }
   });
 
+  // A click on a response card (or its Response 1/2 button) picks that side, unless it lands in
+  // an expander or a link or ends a text selection: those only do their own thing.
   document.addEventListener("click", (event) => {
-    if (!state) return;
-    if (event.target.closest("[data-intro-start]") && introShown()) { introDismiss(); return; }
-    const pick = event.target.closest("[data-pick]");
-    const confidence = event.target.closest("[data-confidence]");
-    if (event.target.closest("[data-submit]")) { submit(); return; }
-    if (confidence && state.card.contains(confidence)) { state.confidence = Number(confidence.dataset.confidence); render(); return; }
-    if (pick && state.card.contains(pick) && !event.target.closest("summary, a, details[open] pre")) { state.side = pick.dataset.pick; render(); }
+    if (!state || !state.card.contains(event.target)) return;
+    const target = event.target;
+    if (target.closest("[data-intro-start]") && introShown()) { introDismiss(); return; }
+    if (target.closest("[data-submit]")) { submit(); return; }
+    const confidence = target.closest("button[data-confidence]");
+    if (confidence) { state.confidence = Number(confidence.dataset.confidence); render(); status(""); return; }
+    if (target.closest("details, a") || !document.getSelection().isCollapsed) return;
+    const pick = target.closest("[data-pick]");
+    if (pick) { state.side = pick.dataset.pick; render(); status(""); }
+  });
+
+  // Pressing a control with the pointer does not move keyboard focus onto it, so Enter still
+  // submits after the mouse opened an expander or picked a side; Tab reaches controls for keys.
+  document.addEventListener("mousedown", (event) => {
+    if (state && state.card.contains(event.target) && event.target.closest(CONTROLS)) event.preventDefault();
   });
 
   document.addEventListener("visibilitychange", () => {
@@ -192,5 +228,5 @@
 
   app.dataset.reviseUrl = (card() && card().dataset.reviseUrl) || "";
   start();
-  if (pending().length) flush(null);
+  adoptShared().finally(() => { if (pending().length && !sending) flush(null); });
 })();

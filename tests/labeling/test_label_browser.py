@@ -1,4 +1,4 @@
-"""The labeling pages in a real browser, driven with the keyboard as an expert would."""
+"""The labeling pages in a real browser, driven with the keyboard and the mouse as an expert would."""
 
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,19 @@ HOSTILE = [
 ]
 
 
-def labeling_project(tmp_path: Path, *, tasks: int = 6, hostile: bool = False) -> Project:
+def trajectory(task: int, response: int) -> list[dict[str, Any]]:
+    """An agent trajectory with one tool call and its result, each shown in an expander."""
+    return [
+        {"role": "user", "content": f"Task {task} question"},
+        {"role": "assistant", "content": "", "tool_calls": [{"name": "lookup", "arguments": {"id": f"{task}-{response}"}}]},
+        {"role": "tool", "name": "lookup", "content": '{"found": true}'},
+        {"role": "assistant", "content": f"Answer {response} to task {task}, grounded in the lookup."},
+    ]  # fmt: skip
+
+
+def labeling_project(
+    tmp_path: Path, *, tasks: int = 6, hostile: bool = False, trajectories: bool = False
+) -> Project:
     project = Project.objects.create(slug="lab", name="Lab", guidelines="Prefer grounded answers.")
     records: list[dict[str, Any]] = [
         {"type": "dimension", "name": "correctness", "description": "Is it right?"}
@@ -42,8 +54,12 @@ def labeling_project(tmp_path: Path, *, tasks: int = 6, hostile: bool = False) -
         records.append({"type": "task", "id": f"t{t}", "prompt": text, "split": "meta",
                         "documents": [{"id": "d", "title": "Doc", "text": text}]})  # fmt: skip
         for r in range(2):
-            records.append({"type": "response", "id": f"t{t}/r{r}", "task": f"t{t}", "source": "secret-model",
-                            "content": f"{text} (task {t} response {r})"})  # fmt: skip
+            body = (
+                {"messages": trajectory(t, r)}
+                if trajectories
+                else {"content": f"{text} (task {t} response {r})"}
+            )
+            records.append({"type": "response", "id": f"t{t}/r{r}", "task": f"t{t}", "source": "secret-model", **body})  # fmt: skip
     jsonl_import(project=project, path=write_jsonl(tmp_path / "lab.jsonl", records))
     queue_build(project=project, strategy=CoverageFirst(), dimensions=[project.dimensions.get()])
     return project
@@ -136,6 +152,137 @@ def test_expert_labels_five_pairs_by_keyboard_and_revises_one(
         assert label.seconds_spent is not None and 0 < label.seconds_spent < 60
     revised = Preference.objects.filter(annotator__user=user, is_current=False)
     assert revised.count() == 1 and revised.get().choice != "tie"
+
+
+def assert_label(user: User, assignment_id: str, side: str, confidence: int) -> None:
+    """The stored current label of the pair behind the assignment picks `side` as shown."""
+    assignment = QueueAssignment.objects.select_related("pair").get(pk=assignment_id)
+    pair = assignment.pair
+    label = Preference.objects.get(
+        response_a=pair.response_a,
+        response_b=pair.response_b,
+        annotator__user=user,
+        is_current=True,
+    )
+    left, right = ("a", "b") if assignment.slot_order == "ab" else ("b", "a")
+    assert (label.choice, label.confidence) == ({"left": left, "right": right}[side], confidence)
+
+
+def test_expert_labels_five_pairs_with_the_mouse_only(
+    browser: Any, live_server: Any, tmp_path: Path
+) -> None:
+    """Issue 13 item 11: a click on a response card or its Response 1/2 button picks that side;
+    opening a document or a tool call, or selecting text, only does that; confidence changes
+    only by its own buttons. Clicking the card used to set the confidence to "a guess" instead,
+    because the card itself carried a data-confidence attribute the click handler matched."""
+    project = labeling_project(tmp_path, trajectories=True)
+    user = expert(project)
+    page = logged_in_page(browser, live_server, user)
+    page.goto(f"{live_server.url}/p/lab/label/")
+    page.get_by_role("button", name="Start").click()
+    card = page.locator("#pair-card")
+
+    def side(name: str) -> Any:
+        return page.locator(f'#pair-card section.side[data-pick="{name}"]')
+
+    def pressed(selector: str) -> None:
+        expect(page.locator(f"#pair-card {selector}")).to_have_attribute("aria-pressed", "true")
+
+    def open_document() -> None:
+        page.locator("#pair-card details.document summary").click()
+        expect(page.locator("#pair-card details.document")).to_have_attribute("open", "")
+
+    def open_tool_call(where: str) -> None:
+        side(where).locator("details.tool-call summary").click()
+        side(where).locator(".turn.role-tool details summary").click()
+        expect(side(where).locator("details.tool-call")).to_have_attribute("open", "")
+        expect(side(where).locator(".turn.role-tool details")).to_have_attribute("open", "")
+
+    def select_text(where: str) -> None:
+        box = side(where).locator(".turn .text").last.bounding_box()
+        assert box is not None
+        page.mouse.move(box["x"] + 2, box["y"] + box["height"] / 2)
+        page.mouse.down()
+        page.mouse.move(box["x"] + box["width"] - 2, box["y"] + box["height"] / 2, steps=5)
+        page.mouse.up()
+        assert page.evaluate("document.getSelection().toString()")
+
+    def pair_0() -> None:  # the card, then expanders on both sides, then the confidence
+        side("left").locator(".turn .text").last.click()
+        open_document()
+        open_tool_call("right")
+        page.get_by_role("button", name="3 · certain").click()
+
+    def pair_1() -> None:  # confidence first: opening expanders must not reset it
+        side("right").locator("h3").click()
+        page.get_by_role("button", name="2 · leaning").click()
+        open_tool_call("left")
+        open_document()
+
+    def pair_2() -> None:  # the Response 1 button
+        page.get_by_role("button", name="← Response 1").click()
+        page.get_by_role("button", name="3 · certain").click()
+        open_tool_call("right")
+
+    def pair_3() -> None:  # the Response 2 button, changed by a click on the other card
+        page.get_by_role("button", name="Response 2 →").click()
+        pressed('button[data-pick="right"]')
+        side("left").locator(".turn-head").first.click()
+        page.get_by_role("button", name="1 · a guess").click()
+        select_text("right")
+
+    def pair_4() -> None:  # a click on the card's empty space
+        page.get_by_role("button", name="2 · leaning").click()
+        box = side("right").bounding_box()
+        assert box is not None
+        page.mouse.click(box["x"] + box["width"] - 4, box["y"] + box["height"] - 4)
+
+    walks = [(pair_0, "left", 2), (pair_1, "right", 1), (pair_2, "left", 2), (pair_3, "left", 0), (pair_4, "right", 1)]  # fmt: skip
+    shown: list[tuple[str, str, int]] = []
+    for walk, picked, confidence in walks:
+        assignment = card.get_attribute("data-assignment")
+        assert assignment
+        walk()
+        pressed(f'button[data-pick="{picked}"]')
+        pressed(f'button[data-confidence="{confidence}"]')
+        page.get_by_role("button", name="Submit").click()
+        expect(card).not_to_have_attribute("data-assignment", assignment)
+        shown.append((assignment, picked, confidence))
+    assert page.dialogs_seen == []
+    assert Preference.objects.filter(annotator__user=user, is_current=True).count() == 5
+    for assignment, picked, confidence in shown:
+        assert_label(user, assignment, picked, confidence)
+
+
+def test_enter_on_a_focused_expander_opens_it_and_does_not_submit(
+    browser: Any, live_server: Any, tmp_path: Path
+) -> None:
+    """Issue 13 item 11: Enter on a focused summary toggles its expander; Enter used to submit
+    the label instead. The other keys still work with the expander focused."""
+    project = labeling_project(tmp_path, trajectories=True)
+    user = expert(project)
+    page = logged_in_page(browser, live_server, user)
+    page.goto(f"{live_server.url}/p/lab/label/")
+    page.keyboard.press("Enter")
+    card = page.locator("#pair-card")
+    assignment = card.get_attribute("data-assignment")
+    assert assignment
+    page.keyboard.press("ArrowLeft")
+    page.keyboard.press("3")
+    tool_call = page.locator('#pair-card section.side[data-pick="right"] details.tool-call')
+    tool_call.locator("summary").focus()
+    page.keyboard.press("Enter")
+    expect(tool_call).to_have_attribute("open", "")
+    page.keyboard.press("ArrowRight")  # the pick keys still work on a focused summary
+    page.keyboard.press("Enter")
+    expect(tool_call).not_to_have_attribute("open", "")
+    page.wait_for_timeout(300)
+    expect(card).to_have_attribute("data-assignment", assignment)
+    assert not Preference.objects.exists()
+    page.locator("#pair-card .prompt .text").click()  # off the expander, Enter submits
+    page.keyboard.press("Enter")
+    expect(card).not_to_have_attribute("data-assignment", assignment)
+    assert_label(user, assignment, "right", 2)
 
 
 def test_two_annotators_at_once_never_get_the_same_pair(
@@ -240,7 +387,8 @@ def test_criterion_grading_by_keyboard(browser: Any, live_server: Any, tmp_path:
     page.keyboard.press("f")  # c2 fail, focus moves on to c3
     page.keyboard.press("n")  # right after a mark: the note of the criterion just failed
     page.keyboard.type("clause 4 is misquoted")
-    page.keyboard.press("Escape")
+    page.keyboard.press("Escape")  # on to the next unmarked criterion, c3
+    page.keyboard.press("k")
     page.keyboard.press("k")  # to c1: N now notes the focused criterion
     page.keyboard.press("n")
     page.keyboard.type("exact")
@@ -264,6 +412,45 @@ def test_criterion_grading_by_keyboard(browser: Any, live_server: Any, tmp_path:
         "c2": (False, "clause 4 is misquoted"),
         "c3": (True, ""),
     }
+
+
+def test_after_a_mark_and_its_note_focus_moves_to_the_next_unmarked_criterion(
+    browser: Any, live_server: Any, tmp_path: Path
+) -> None:
+    """Issue 13 item 12: F, N, a note, Esc, P used to pass the criterion just failed (Esc put
+    focus back on it); now P marks the next one. A note closed by Enter moves on the same way
+    instead of submitting, and Enter then submits."""
+    project = Project.objects.create(slug="lab", name="Lab")
+    records = [
+        {"type": "task", "id": "t", "prompt": "Review", "split": "meta"},
+        {"type": "response", "id": "t/r1", "task": "t", "content": "first"},
+        {"type": "rubric", "task": "t", "items": [{"id": "c1", "text": "Names the cap."}, {"id": "c2", "text": "Cites clause 4."}, {"id": "c3", "text": "Flags the MAC."}]},
+    ]  # fmt: skip
+    jsonl_import(project=project, path=write_jsonl(tmp_path / "g.jsonl", records))
+    user = expert(project)
+    page = logged_in_page(browser, live_server, user)
+    page.goto(f"{live_server.url}/p/lab/grade/")
+    expect(page.locator(".criterion.focused")).to_contain_text("Names the cap.")
+    page.keyboard.press("f")
+    page.keyboard.press("n")
+    page.keyboard.type("no cap named")
+    page.keyboard.press("Escape")
+    expect(page.locator(".criterion.focused")).to_contain_text("Cites clause 4.")
+    page.keyboard.press("p")
+    expect(page.locator(".criterion.focused")).to_contain_text("Flags the MAC.")
+    page.keyboard.press("f")
+    page.keyboard.press("n")
+    page.keyboard.type("MAC missed")
+    page.keyboard.press("Enter")  # closes the note; nothing is submitted yet
+    expect(page.locator(".criterion.focused")).to_contain_text("Flags the MAC.")
+    page.wait_for_timeout(300)
+    assert not CriterionGrade.objects.exists()
+    page.keyboard.press("Enter")
+    expect(page.locator("#grading-card .empty")).to_be_visible()
+    grades = {
+        g.item.key: (g.passed, g.note) for g in CriterionGrade.objects.filter(annotator__user=user)
+    }
+    assert grades == {"c1": (False, "no cap named"), "c2": (True, ""), "c3": (False, "MAC missed")}
 
 
 def test_on_a_phone_the_page_fits_and_the_responses_stack(
