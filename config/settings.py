@@ -28,9 +28,15 @@ def env_list(name: str, default: str) -> list[str]:
 
 DEFAULT_SECRET_KEY = "insecure-development-key-change-me"
 SECRET_KEY = os.environ.get("SECRET_KEY", DEFAULT_SECRET_KEY)
-DEBUG = env_bool("DEBUG", True)
+# Off unless set: its pages show tracebacks, settings and URL patterns. `make run` sets DEBUG=1.
+DEBUG = env_bool("DEBUG", False)
 if not DEBUG and SECRET_KEY == DEFAULT_SECRET_KEY:
-    raise ImproperlyConfigured("DEBUG is off: set SECRET_KEY to a long random value.")
+    raise ImproperlyConfigured(
+        "DEBUG is off: set SECRET_KEY to a long random value (or DEBUG=1 on a development "
+        "checkout, as `make run` does)."
+    )
+# Debug pages mask URL passwords (scheme://user:password@) in every setting and variable.
+DEFAULT_EXCEPTION_REPORTER_FILTER = "config.debug_pages.UrlPasswordFilter"
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
@@ -55,6 +61,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "config.debug_pages.DebugNotFoundForStaffMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
