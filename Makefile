@@ -24,6 +24,8 @@ $(BIN)/.installed: pyproject.toml
 .PHONY: install run test lint worker
 install: $(BIN)/.installed
 
+# The development server with debug pages; settings default to DEBUG off.
+run: export DEBUG := 1
 run: install
 	@$(BIN)/python manage.py migrate --no-input
 	$(BIN)/python manage.py collectstatic --no-input --verbosity 0

@@ -2,7 +2,8 @@
 directory): `gunicorn -b 0.0.0.0:8000` in the repository, with DEBUG=0 and the other settings in
 the environment. One process per core, as Python runs one thread at a time per process; threads
 in each, as a reward request mostly waits for the judge. WEB_CONCURRENCY (gunicorn's own
-variable) sets the processes, WEB_THREADS the threads of each."""
+variable) sets the processes (more than one needs CACHE_URL, below), WEB_THREADS the threads
+of each."""
 
 import itertools
 import os
@@ -10,6 +11,15 @@ import os
 wsgi_app = "config.wsgi:application"
 worker_class = "gthread"
 workers = int(os.environ.get("WEB_CONCURRENCY", os.cpu_count() or 2))
+# The reward API's per-token limits and the login lockout count in Django's cache, which is one
+# per process unless CACHE_URL names a shared one (config/cache_counts.py): N processes would
+# each allow the whole limit.
+if workers > 1 and not os.environ.get("CACHE_URL"):
+    raise SystemExit(
+        f"gunicorn.conf.py: {workers} web processes need CACHE_URL (redis://...), as the "
+        "reward API's rate limits and the login lockout are counted in the cache, which is "
+        "per process without it. Set CACHE_URL, or WEB_CONCURRENCY=1."
+    )
 threads = int(os.environ.get("WEB_THREADS", 8))
 # Training jobs keep connections open between requests.
 keepalive = 30

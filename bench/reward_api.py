@@ -95,6 +95,8 @@ def server_start(
         SECURE_SSL_REDIRECT="0",
         LOG_LEVEL="WARNING",
         CONN_MAX_AGE=str(conn_max_age),
+        # gunicorn.conf.py starts several processes only with a shared cache for rate limits.
+        CACHE_URL=os.environ.get("CACHE_URL", "redis://127.0.0.1:6379/14"),
     )
     if server_kind == "gunicorn":
         # The production command of the README (gunicorn.conf.py: gthread, a process per core).

@@ -28,9 +28,15 @@ def env_list(name: str, default: str) -> list[str]:
 
 DEFAULT_SECRET_KEY = "insecure-development-key-change-me"
 SECRET_KEY = os.environ.get("SECRET_KEY", DEFAULT_SECRET_KEY)
-DEBUG = env_bool("DEBUG", True)
+# Off unless set: its pages show tracebacks, settings and URL patterns. `make run` sets DEBUG=1.
+DEBUG = env_bool("DEBUG", False)
 if not DEBUG and SECRET_KEY == DEFAULT_SECRET_KEY:
-    raise ImproperlyConfigured("DEBUG is off: set SECRET_KEY to a long random value.")
+    raise ImproperlyConfigured(
+        "DEBUG is off: set SECRET_KEY to a long random value (or DEBUG=1 on a development "
+        "checkout, as `make run` does)."
+    )
+# Debug pages mask URL passwords (scheme://user:password@) in every setting and variable.
+DEFAULT_EXCEPTION_REPORTER_FILTER = "config.debug_pages.UrlPasswordFilter"
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
@@ -55,6 +61,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "config.debug_pages.DebugNotFoundForStaffMiddleware",
+    "config.login_throttle.LoginLockedMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
@@ -106,6 +114,14 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# Logins (the app's and the admin's) go through a backend that counts wrong passwords in the
+# cache, per user name and per client address; past the limit every login for it is refused
+# with 429 for LOGIN_LOCKOUT_SECONDS. 0 turns a limit off (behind a reverse proxy every client
+# shares REMOTE_ADDR, so the per-address limit would count them together).
+AUTHENTICATION_BACKENDS = ["config.login_throttle.ThrottledModelBackend"]
+LOGIN_FAILURES_PER_USERNAME = int(os.environ.get("LOGIN_FAILURES_PER_USERNAME", 5))
+LOGIN_FAILURES_PER_IP = int(os.environ.get("LOGIN_FAILURES_PER_IP", 20))
+LOGIN_LOCKOUT_SECONDS = int(os.environ.get("LOGIN_LOCKOUT_SECONDS", 15 * 60))
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "project-list"
 LOGOUT_REDIRECT_URL = "login"
@@ -133,15 +149,25 @@ JUDGE_API_KEY_ENV_PREFIX = os.environ.get("JUDGE_API_KEY_ENV_PREFIX", "JUDGE_KEY
 JUDGE_BASE_URL_HOSTS = env_list("JUDGE_BASE_URL_HOSTS", "")
 
 # Files up to this size import inside the request; larger ones become a background job.
-# The cache holds the reward API's per-token request counts. Each process has its own by
-# default; with several web processes (gunicorn) set CACHE_URL=redis://... so the limit is
-# counted once across them (the redis client comes with celery[redis]).
+# The cache holds the reward API's per-token request counts and the login failure counts.
+# Each process has its own by default; with several web processes (gunicorn) set
+# CACHE_URL=redis://... so the limits are counted once across them (the redis client comes with
+# celery[redis]); gunicorn.conf.py refuses to start more than one process without it.
 CACHE_URL = os.environ.get("CACHE_URL", "")
 if CACHE_URL:
     CACHES = {
         "default": {
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
             "LOCATION": CACHE_URL,
+        }
+    }
+else:
+    # Room for every count a process keeps: at Django's default of 300 entries, a flood of
+    # failed logins under new user names would evict the lockouts.
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+            "OPTIONS": {"MAX_ENTRIES": 100_000},
         }
     }
 # A reward API request body larger than this is refused with 413 before it is parsed.
@@ -176,8 +202,9 @@ if not DEBUG:
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        # Session only: Basic auth would take passwords on every request, past the login
+        # throttle and without CSRF. The reward API authenticates its tokens itself.
         "rest_framework.authentication.SessionAuthentication",
-        "rest_framework.authentication.BasicAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.core.cache import cache
 from django.db import connection
 from django.db.models import Q
 from django.http import Http404
@@ -34,6 +33,7 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 
+from config.cache_counts import cache_count
 from graders.models import ApiToken, TokenScope
 from graders.sql_rows import Columns
 from labeling.models import Project
@@ -229,11 +229,10 @@ def scope_required(scope: str) -> type[BasePermission]:
 class TokenRateThrottle(BaseThrottle):
     """At most `token.rate_per_minute` requests per token in each clock minute.
 
-    A fixed window counted with cache.add + cache.incr, which are atomic in the local-memory,
-    Redis and Memcached backends (the last two shared by every process, as a limit across web
-    processes needs), where DRF's SimpleRateThrottle rewrites a history list and loses counts
-    to concurrent requests. The price: a client can spend two windows' worth across a minute
-    boundary."""
+    A fixed window counted atomically in the cache (config/cache_counts.py: shared by every
+    web process when CACHE_URL is set), where DRF's SimpleRateThrottle rewrites a history list
+    and loses counts to concurrent requests. The price: a client can spend two windows' worth
+    across a minute boundary."""
 
     def __init__(self) -> None:
         self.retry_after: float | None = None
@@ -248,12 +247,7 @@ class TokenRateThrottle(BaseThrottle):
         # an old one's count.
         key = f"reward-api:rate:{token.pk}:{token.prefix}:{window}"
         # The key outlives its window a little, so a slow request never recreates it.
-        cache.add(key, 0, timeout=90)
-        try:
-            count = cache.incr(key)
-        except ValueError:  # evicted between add and incr: count this request as the first
-            cache.set(key, 1, timeout=90)
-            count = 1
+        count = cache_count(key, timeout=90)
         if count <= token.rate_per_minute:
             return True
         self.retry_after = (window + 1) * 60 - now

@@ -1,7 +1,13 @@
-"""The demo project: three domains of data written for this project, and three demo users."""
+"""The demo project: three domains of data written for this project, and three demo users.
+
+The demo users' password is published (README, load_demo's output), so they are members of the
+demo project only, never staff or superusers, and the demo loads only with DEBUG on (a
+development checkout: `make run`). It never takes over an account: if a user of a demo user's
+name exists outside the demo, nothing is loaded."""
 
 from pathlib import Path
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
@@ -22,25 +28,38 @@ DEMO_GUIDELINES = (
 )
 
 
+class DemoRefused(Exception):
+    """The demo cannot be loaded here; the message says why and what to do."""
+
+
 @transaction.atomic
 def demo_load() -> tuple[Project, bool]:
     """Create the demo project once; later calls return it untouched (False)."""
+    if not settings.DEBUG:
+        raise DemoRefused(
+            f"The demo's users log in with a published password ({DEMO_PASSWORD!r}), so it "
+            "loads only with DEBUG on (DEBUG=1, as `make run` sets)."
+        )
     existing = Project.objects.filter(slug=DEMO_SLUG).first()
     if existing is not None:
         return existing, False
+    user_model = get_user_model()
+    names = [username for username, _ in DEMO_USERS]
+    taken = sorted(user_model.objects.filter(username__in=names).values_list("username", flat=True))
+    if taken:
+        raise DemoRefused(
+            f"User(s) {', '.join(taken)} already exist. The demo creates its own users "
+            f"({', '.join(names)}) with a published password and never takes over an existing "
+            "account: rename or delete those users (Django admin, /admin/auth/user/), or load "
+            "the demo into a fresh database."
+        )
     project = Project.objects.create(
         slug=DEMO_SLUG,
         name="Demo: memos, airline agent, financial analysis",
         guidelines=DEMO_GUIDELINES,
     )
-    user_model = get_user_model()
     for username, role in DEMO_USERS:
-        user = user_model.objects.filter(username=username).first()
-        if user is None:
-            user = user_model.objects.create_user(username=username, password=DEMO_PASSWORD)
-        if role == Role.ADMIN:
-            user.is_staff = user.is_superuser = True
-            user.save(update_fields=["is_staff", "is_superuser"])
+        user = user_model.objects.create_user(username=username, password=DEMO_PASSWORD)
         Membership.objects.create(user=user, project=project, role=role)
     jsonl_import(project=project, path=DEMO_FILE)
     queue_build(project=project, strategy=CoverageFirst(), dimensions=[None], pairs_per_task=6)

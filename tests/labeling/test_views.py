@@ -1,5 +1,6 @@
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -143,7 +144,8 @@ def test_pages_send_a_strict_content_security_policy(project: Project, admin_use
     assert "script-src 'self' 'nonce-" in policy and "unsafe-inline" not in policy
 
 
-def test_demo_loads_once_with_three_domains_and_logins(db: None) -> None:
+def test_demo_loads_once_with_three_domains_and_logins(db: None, settings: Any) -> None:
+    settings.DEBUG = True  # the demo loads only on a development checkout
     project, created = demo_load()
     assert created
     assert set(Task.objects.filter(project=project).values_list("domain", flat=True)) == {

@@ -2,6 +2,7 @@
 grader and stores generated rubrics for three tasks, once."""
 
 import io
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -14,7 +15,8 @@ from labeling.models import Rubric
 pytestmark = pytest.mark.django_db
 
 
-def test_load_demo_gives_the_reviewer_generated_rubrics_to_review() -> None:
+def test_load_demo_gives_the_reviewer_generated_rubrics_to_review(settings: Any) -> None:
+    settings.DEBUG = True  # the demo loads only on a development checkout
     call_command("load_demo", judge_url="http://127.0.0.1:9/v1", stdout=io.StringIO())
 
     selection = GraderSelection.objects.get(project__slug="demo", kind="rubric")

@@ -3,15 +3,18 @@ generated rubrics of its rubric review and the local demo judge endpoint, create
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from graders.services import baselines_ensure, local_demo_endpoint_ensure
-from labeling.demo import DEMO_PASSWORD, DEMO_USERS, demo_load
+from labeling.demo import DEMO_PASSWORD, DEMO_USERS, DemoRefused, demo_load
 from reviews.demo import demo_rubrics_load
 
 
 class Command(BaseCommand):
-    help = "Create the demo project and the demo users (admin, expert, reviewer) once."
+    help = (
+        "Create the demo project and its users (admin, expert, reviewer: project members, not "
+        "staff) once. Needs DEBUG on: their password is published."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -21,7 +24,10 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        project, created = demo_load()
+        try:
+            project, created = demo_load()
+        except DemoRefused as exc:
+            raise CommandError(str(exc)) from None
         baselines_ensure(project=project)
         if created:
             demo_rubrics_load(project=project)
