@@ -587,3 +587,61 @@ def test_operators_can_pin_judge_hosts(
     )
     with pytest.raises(ValidationError):
         endpoint_settings(judge)  # 127.0.0.1 is not pinned
+
+
+def _meta_records(dimensions: list[str | None]) -> list[dict[str, Any]]:
+    """One synthetic-labeled pair per dimension (None: an overall preference), scored right by
+    the judge j in one run."""
+    records: list[dict[str, Any]] = [{"type": "task", "id": "t", "prompt": "p"}]
+    records += [{"type": "dimension", "name": d} for d in dimensions if d is not None]
+    for i, dim in enumerate(dimensions):
+        a, b = f"r{i}a", f"r{i}b"
+        records += [
+            {"type": "response", "id": a, "task": "t", "content": a},
+            {"type": "response", "id": b, "task": "t", "content": b},
+            {"type": "preference", "a": a, "b": b, "choice": "a", "provider": "synthetic",
+             "annotator": "gen", "dimension": dim},
+            {"type": "judge_score", "judge": "j", "response": a, "score": 0.9, "dimension": dim},
+            {"type": "judge_score", "judge": "j", "response": b, "score": 0.1, "dimension": dim},
+        ]  # fmt: skip
+    return records
+
+
+def test_meta_eval_lists_a_judge_without_dimensions_once(
+    project: Project, tmp_path: Path, reviewer_user: Any
+) -> None:
+    from django.test import Client
+    from django.urls import reverse
+
+    jsonl_import(project=project, path=write_jsonl(tmp_path / "m.jsonl", _meta_records([None])))
+    out = io.StringIO()
+    call_command("meta_eval", project="acme", json=True, stdout=out)
+    report = json.loads(out.getvalue())
+    assert [(r["judge"], r["dimension"], r["pairs"]) for r in report["rows"]] == [("j", None, 1)]
+    assert report["by_dimension"] == []
+    text = io.StringIO()
+    call_command("meta_eval", project="acme", stdout=text)
+    assert len([line for line in text.getvalue().splitlines() if line.startswith("j\t")]) == 1
+    client = Client()
+    client.force_login(reviewer_user)
+    page = client.get(reverse("meta-eval", args=["acme"])).content.decode()
+    assert page.count("<tr><td>j</td>") == 1
+
+
+def test_meta_eval_breaks_a_judge_down_only_over_two_or_more_dimensions(
+    project: Project, tmp_path: Path
+) -> None:
+    from graders.evaluation import meta_eval_rows
+
+    records = _meta_records([None, "tone"])
+    jsonl_import(project=project, path=write_jsonl(tmp_path / "m.jsonl", records))
+    report = meta_eval_rows(project=project)
+    assert [(r["dimension"], r["pairs"]) for r in report["rows"]] == [(None, 2)]
+    assert [(r["dimension"], r["pairs"]) for r in report["by_dimension"]] == [
+        ("(none)", 1),
+        ("tone", 1),
+    ]
+    # Filtered to one dimension, the pooled row is that dimension's and is not repeated.
+    report = meta_eval_rows(project=project, dimension="tone")
+    assert [(r["dimension"], r["pairs"]) for r in report["rows"]] == [("tone", 1)]
+    assert report["by_dimension"] == []
