@@ -116,3 +116,30 @@ def test_admin_still_sees_every_annotator(panel: Project, admin_user: User) -> N
         assert f"<td>{colleague}</td>" in html or f"human:{colleague}" in html
     annotators = client.get(reverse("annotators", args=["acme"])).content.decode()
     assert all(colleague in annotators for colleague in COLLEAGUES)
+
+
+def test_no_other_page_or_api_an_expert_reaches_names_a_colleague(
+    panel: Project, expert_user: User
+) -> None:
+    """A guard: the rest of what an expert can open (overview, tasks, a task, the queue, the
+    label and grading pages, the API) shows counts at most, never whose label is whose."""
+    client = Client()
+    client.force_login(expert_user)
+    urls = [
+        reverse("project-overview", args=["acme"]),
+        reverse("task-list", args=["acme"]),
+        reverse("task-detail", args=["acme", "t0"]),
+        reverse("queue", args=["acme"]),
+        reverse("label", args=["acme"]),
+        reverse("grade", args=["acme"]),
+        reverse("api-project", args=["acme"]),
+        reverse("api-tasks", args=["acme"]),
+        reverse("api-task", args=["acme", "t0"]),
+    ]
+    for url in urls:
+        response = client.get(url)
+        assert response.status_code == 200, url
+        body = response.content.decode()
+        assert not [c for c in COLLEAGUES if c in body], url
+    for url in (reverse("export", args=["acme"]), reverse("api-export", args=["acme"])):
+        assert client.get(url).status_code == 403
