@@ -6,7 +6,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST
 from rest_framework.decorators import (
     api_view,
     authentication_classes,
@@ -25,9 +25,13 @@ from labeling.access import Perm, project_access
 BUNDLE_MAX_BYTES = 200 * 1024 * 1024
 
 
-@require_GET
+@require_POST
 @login_required
 def bundle_download(request: HttpRequest, slug: str, grader_id: int) -> HttpResponse:
+    """The bundle as a file, recorded in the grader's lineage as an export. Only a POST (the
+    page's Download button, with its CSRF token) is a download someone meant: a GET (a link
+    prefetch, a crawler, a reload, a pasted URL) would inflate the lineage, so it is refused
+    rather than served unrecorded, which would leave a hole in the lineage instead."""
     access = project_access(user=request.user, slug=slug, perm=Perm.EXPORT)
     grader = Metagrader.objects.filter(project=access.project, pk=grader_id).first()
     if grader is None:
@@ -76,7 +80,9 @@ def bundle_upload(request: HttpRequest, slug: str) -> HttpResponse:
 @throttle_classes([TokenRateThrottle])
 def bundle_api(request: Request, slug: str, grader_id: int) -> Response:
     """The bundle for a training job's own download, with a token holding the export scope;
-    recorded in the grader's lineage under that token."""
+    recorded in the grader's lineage under that token. A GET here is a download someone meant:
+    only a job given an export token can make it (HEAD is refused, as for any API view that
+    lists only GET, so a probe records nothing)."""
     grader = Metagrader.objects.filter(project__slug=slug, pk=grader_id).first()
     if grader is None:
         raise Http404("No such grader in this project.")

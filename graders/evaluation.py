@@ -23,7 +23,7 @@ from graders.engine.metrics import (
     within_task_spearman_ci,
 )
 from graders.models import Grade, GradingRun
-from labeling.agreement_stats import Category, majority_vote
+from labeling.agreement_stats import NO_DIMENSION, Category, majority_vote
 from labeling.models import JudgeScore, Preference, Project, Score, ScoreProvider, Split, Task
 
 PAIRWISE_KINDS = {"pairwise", "pairwise_rubric"}
@@ -215,8 +215,9 @@ META_EVAL_FIELDS = (
 def meta_eval_rows(
     *, project: Project, reference: str = "synthetic", dimension: str | None = None
 ) -> dict[str, Any]:
-    """One row per judge (and per judge and dimension) over the pairs the reference provider
-    labeled with a winner, scored from imported judge_score records (FORMATS.md)."""
+    """One row per judge over the pairs the reference provider labeled with a winner, scored
+    from imported judge_score records (FORMATS.md), and per judge and dimension when the judge
+    scored pairs of more than one dimension."""
     preferences = Preference.objects.filter(
         task__project=project, is_current=True, provider=reference
     )
@@ -235,19 +236,20 @@ def meta_eval_rows(
     ).values_list("judge", "dimension__name", "run", "response_id", "score"):
         scores[(judge, dim)][run][response] = score
 
-    def row(judge: str, dims: list[str | None]) -> dict[str, Any] | None:
+    def scored(judge: str, dim: str | None) -> list[tuple[int, int]]:
+        # Only pairs the judge scored at all: a pair it never saw is not a failed call.
+        runs = scores.get((judge, dim), {}).values()
+        return [
+            (w, loser)
+            for w, loser in sorted(labeled[dim])
+            if any(w in r or loser in r for r in runs)
+        ]
+
+    def row(judge: str, dims: list[str | None], dimension: str | None) -> dict[str, Any]:
         # Keys are (dimension, response): a judge scores a response once per dimension, and a
         # pair is read with the scores of its own dimension.
-        # Only pairs the judge scored at all: a pair it never saw is not a failed call.
-        pairs = [
-            ((d, w), (d, loser))
-            for d in dims
-            for w, loser in sorted(labeled[d])
-            if any(w in run or loser in run for run in scores.get((judge, d), {}).values())
-        ]
+        pairs = [((d, w), (d, loser)) for d in dims for w, loser in scored(judge, d)]
         indices = sorted({i for d in dims for i in scores.get((judge, d), {})})
-        if not pairs or not indices:
-            return None
         runs = [
             {
                 key: scores[(judge, key[0])].get(index, {}).get(key[1])
@@ -258,10 +260,20 @@ def meta_eval_rows(
         ]
         report = evaluator_report(EvaluatorRuns(pairs=pairs, scores=runs))
         values = {field: getattr(report, field) for field in META_EVAL_FIELDS}
-        return {"judge": judge, "dimension": dims[0] if len(dims) == 1 else None, **values}
+        return {"judge": judge, "dimension": dimension, **values}
 
-    judges = sorted({judge for judge, _ in scores})
     dims = sorted(labeled, key=lambda d: (d is not None, d or ""))
-    overall = [r for judge in judges if (r := row(judge, dims)) is not None]
-    by_dimension = [r for judge in judges for d in dims if (r := row(judge, [d])) is not None]
+    overall: list[dict[str, Any]] = []
+    by_dimension: list[dict[str, Any]] = []
+    for judge in sorted({judge for judge, _ in scores}):
+        # The dimensions this judge scored labeled pairs on. With one, its pooled row is that
+        # dimension's row, so a breakdown would only repeat it (every judge whose scores carry
+        # no dimension was listed twice); the breakdown names the no-dimension group "(none)",
+        # never None, which in `rows` means "pooled".
+        covered = [d for d in dims if scored(judge, d)]
+        if not covered:
+            continue
+        overall.append(row(judge, covered, covered[0] if len(covered) == 1 else None))
+        if len(covered) > 1:
+            by_dimension += [row(judge, [d], NO_DIMENSION if d is None else d) for d in covered]
     return {"reference": reference, "rows": overall, "by_dimension": by_dimension}

@@ -175,16 +175,57 @@ class ChunkResult:
     budget_spent: bool
 
 
+class RunUsageCache(DatabaseJudgeCache):
+    """The database judge cache of one pass over a run, which also keeps the run's stored usage
+    live: after each new answer it stores (at most once a second) and at the end of each chunk
+    it adds what the chunk's judge client has spent since the last time. The run, search and
+    job pages all read that stored usage, so a slow judge's run shows its judge calls and
+    spending long before a task is done, and every page shows the same count under one name."""
+
+    def __init__(self, model: str, run: GradingRun) -> None:
+        super().__init__(model)
+        self.grading_run = run
+        self.client_usage = Usage()
+        self.stored = Usage()
+        self.stored_at = -1.0
+
+    def chunk_start(self, usage: Usage) -> None:
+        """Watch the usage of a new chunk's judge client (called before it makes a call)."""
+        self.client_usage, self.stored = usage, Usage()
+
+    def chunk_end(self, usage: Usage) -> None:
+        """Store the rest of the chunk's usage, `usage` being its final figures."""
+        self.client_usage = usage
+        self._store()
+
+    def _put(self, key: str, value: dict[str, Any]) -> None:
+        super()._put(key, value)
+        if time.monotonic() - self.stored_at >= 1.0:
+            self._store()
+
+    def _store(self) -> None:
+        # The client's counters move on the event loop's thread meanwhile: a snapshot may be a
+        # call behind, and the next store (at the latest chunk_end, with the final figures)
+        # adds the difference, so the stored total is exact once the chunk is done.
+        current = Usage(**self.client_usage.as_dict())
+        delta = Usage(
+            **{key: value - getattr(self.stored, key) for key, value in current.as_dict().items()}
+        )
+        self.stored, self.stored_at = current, time.monotonic()
+        _usage_add(self.grading_run, delta)
+
+
 async def _chunk_grade(
     program: Program,
     settings: JudgeSettings,
-    cache: DatabaseJudgeCache,
+    cache: RunUsageCache,
     budget: Budget,
     work: list[TaskWork],
 ) -> ChunkResult:
     """Grade a chunk of tasks; the tasks finished before a budget stop are kept, and the usage
     always comes back, so no spend goes unaccounted."""
     async with JudgeClient(settings, cache=cache, budget=budget) as judge:
+        cache.chunk_start(judge.usage)
         results = await asyncio.gather(
             *(_task_grade(program, judge, w) for w in work), return_exceptions=True
         )
@@ -272,62 +313,18 @@ def run_budget(max_calls: int | None, max_cost: float | None, spent: dict[str, A
     )
 
 
-class _AnswerCountingCache(DatabaseJudgeCache):
-    """The database judge cache, calling `answered(count, cost)` on the calling thread after
-    each new answer it stores, with the answers and dollars so far: a slow judge's run shows
-    its calls and spending long before a task is done."""
-
-    def __init__(self, model: str, answered: Callable[[int, float], None]) -> None:
-        super().__init__(model)
-        self.answered = answered
-        self.count = 0
-        self.cost = 0.0
-
-    def _put(self, key: str, value: dict[str, Any]) -> None:
-        super()._put(key, value)
-        self.count += 1
-        self.cost += float(value.get("cost") or 0.0)
-        self.answered(self.count, self.cost)
-
-
-def answers_shown(*, job_pk: int, stage: str) -> Callable[[int, float], None]:
-    """A run_grade `answered` callback that shows the count and cost in the job's stage
-    ("Grading tasks · 12 new judge answers, $0.0310"), at most once a second: the job pages
-    poll about as often."""
-    shown = 0.0
-
-    def answered(count: int, cost: float) -> None:
-        nonlocal shown
-        if time.monotonic() - shown >= 1.0:
-            shown = time.monotonic()
-            text = f"{stage} · {count} new judge answer{'' if count == 1 else 's'}"
-            text += f", ${cost:.4f}" if cost else ""
-            Job.objects.filter(pk=job_pk).update(stage=text)
-
-    return answered
-
-
 def run_grade(
-    run: GradingRun,
-    *,
-    budget: Budget,
-    progress: Callable[[int, int], None],
-    answered: Callable[[int, float], None] | None = None,
+    run: GradingRun, *, budget: Budget, progress: Callable[[int, int], None]
 ) -> tuple[Usage, bool]:
     """Grade every task of the run that can be claimed, chunk by chunk, storing each chunk's
-    grades and usage as it lands; `progress(done, total)` is called before each chunk and may
-    raise (JobCancelled) to stop; `answered(count, cost)`, if given, after each new judge answer
-    of this pass, with the pass's answers and dollars so far (it must not raise). Returns
-    this pass's usage and whether the budget ran out; claims are released on any way out, so
-    nothing stays held."""
+    grades as it lands and its usage as it is spent (RunUsageCache); `progress(done, total)` is
+    called before each chunk and may raise (JobCancelled) to stop. Returns this pass's usage
+    and whether the budget ran out; claims are released on any way out, so nothing stays
+    held."""
     program = program_validate(run.metagrader.program)
     settings = endpoint_settings(run.endpoint)
     total = GradingItem.objects.filter(run=run).count()
-    cache = (
-        DatabaseJudgeCache(settings.model)
-        if answered is None
-        else _AnswerCountingCache(settings.model, answered)
-    )
+    cache = RunUsageCache(settings.model, run)
     usage = Usage()
     items: list[GradingItem] = []
     try:
@@ -340,7 +337,7 @@ def run_grade(
                 _chunk_grade(program, settings, cache, budget, _work_load(items, program))
             )
             _outcomes_store(run, program, chunk.outcomes)
-            _usage_add(run, chunk.usage)
+            cache.chunk_end(chunk.usage)
             for key, value in chunk.usage.as_dict().items():
                 setattr(usage, key, getattr(usage, key) + value)
             if chunk.budget_spent:
@@ -373,7 +370,6 @@ def grading_run_execute(*, run_id: int) -> dict[str, Any]:
             run,
             budget=run_budget(run.max_calls, run.max_cost, run.usage),
             progress=progress,
-            answered=answers_shown(job_pk=job.pk, stage="Grading tasks"),
         )
     except JobCancelled:
         job_finish(job=job, status=JobStatus.CANCELLED, error="Cancelled; grades so far are kept.")

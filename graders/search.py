@@ -19,7 +19,7 @@ from django.db import transaction
 from graders.candidates import best_candidate
 from graders.engine.judge import Budget, Usage
 from graders.engine.programs import KINDS
-from graders.grading import answers_shown, run_budget, run_complete, run_finish, run_grade
+from graders.grading import run_budget, run_complete, run_finish, run_grade
 from graders.models import (
     Candidate,
     CandidateStatus,
@@ -211,13 +211,21 @@ def search_run_execute(*, search_id: int) -> dict[str, Any]:
     return {"search": search_id, **outcome}
 
 
-def search_usage(search: SearchRun) -> dict[str, float]:
-    """All a search spent: its proposer's calls and its grading runs' (as stored per chunk, so
-    a crash loses none of it from the budget)."""
-    totals: dict[str, float] = dict(search.usage)
+def search_judge_usage(search: SearchRun) -> dict[str, float]:
+    """What a search's grading runs spent on the judge, as stored while it is spent (so a crash
+    loses none of it from the budget)."""
+    totals: dict[str, float] = {}
     for usage in GradingRun.objects.filter(search=search).values_list("usage", flat=True):
         for key, value in usage.items():
             totals[key] = totals.get(key, 0) + value
+    return totals
+
+
+def search_usage(search: SearchRun) -> dict[str, float]:
+    """All a search spent, the budget's measure: its proposer's calls and its judge calls."""
+    totals: dict[str, float] = dict(search.usage)
+    for key, value in search_judge_usage(search).items():
+        totals[key] = totals.get(key, 0) + value
     return totals
 
 
@@ -311,12 +319,7 @@ class _SearchPass:
             self.progress()
 
         try:
-            _, spent = run_grade(
-                run,
-                budget=self.budget,
-                progress=progress,
-                answered=answers_shown(job_pk=self.job.pk, stage=self.stage),
-            )
+            _, spent = run_grade(run, budget=self.budget, progress=progress)
         except (JobCancelled, LeaseLost):
             Job.objects.filter(pk=run.job_id).update(status=JobStatus.CANCELLED)
             raise

@@ -22,6 +22,7 @@ from graders.models import Candidate, GradingRun, JudgeEndpoint, Metagrader, Sea
 from graders.search import (
     SearchInvalid,
     candidate_eval_start,
+    search_judge_usage,
     search_resume,
     search_start,
     search_usage,
@@ -230,6 +231,7 @@ def _search_render(
         "search": search,
         "job": job,
         "usage": search_usage(search),
+        "judge_usage": search_judge_usage(search),
         "elapsed": _elapsed(job.started_at, job.finished_at),
         "resumable": job.status in RESUMABLE,
         "resume_form": resume_form or ResumeSearchForm(search=search),

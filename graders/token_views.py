@@ -1,5 +1,9 @@
-"""The project's API tokens page: admins make tokens for training jobs (the secret is shown
-once, in the answer to the POST that made it), see when each was last used, and revoke them."""
+"""The project's API tokens page: admins make tokens for training jobs, see when each was last
+used, and revoke them.
+
+Making a token is post/redirect/get, so reloading the page never makes a second one: the POST
+keeps the new secret in the (server-side) session and redirects, and the next GET of the page
+takes it out of the session as it shows it, so it is shown exactly once."""
 
 import json
 
@@ -17,6 +21,9 @@ from graders.services import grader_selected
 from graders.tokens import MAX_RATE_PER_MINUTE, token_create, token_revoke
 from labeling.access import Perm, project_access
 from labeling.models import Project, Task
+
+# Where a new token's secret waits, per project, between the POST and the GET that shows it.
+NEW_SECRET_SESSION_KEY = "api-token-new-secret"
 
 
 class TokenForm(forms.Form):
@@ -42,16 +49,17 @@ class TokenForm(forms.Form):
 def tokens_page(request: HttpRequest, slug: str) -> HttpResponse:
     access = project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
     form = TokenForm(request.POST or None)
-    secret = None
+    secret_key = f"{NEW_SECRET_SESSION_KEY}:{access.project.pk}"
     if request.method == "POST" and form.is_valid():
-        _, secret = token_create(
+        _, request.session[secret_key] = token_create(
             project=access.project,
             name=form.cleaned_data["name"],
             scopes=form.cleaned_data["scopes"],
             rate_per_minute=form.cleaned_data["rate_per_minute"],
             user=request.user,
         )
-        form = TokenForm()
+        return redirect("api-tokens", slug=slug)
+    secret = None if request.method == "POST" else request.session.pop(secret_key, None)
     selected = [
         (kind, request.build_absolute_uri(reverse("api-reward-selected", args=[slug, kind])))
         for kind in KINDS

@@ -142,6 +142,16 @@ class AgreementSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class Workload:
+    """One human's labels done, speed (median over `seconds_n` timed labels) and confidences."""
+
+    labels: int
+    median_seconds: float | None
+    seconds_n: int
+    confidence: dict[int | None, int]
+
+
+@dataclass(frozen=True, slots=True)
 class AnnotatorSummary:
     """One human's workload, speed and agreement with the leave-one-out majority (`n` labels)."""
 
@@ -397,28 +407,96 @@ def _is_human(label: Label, annotator: str) -> bool:
     return label.provider == "human" and label.annotator == annotator
 
 
-def annotator_summaries(labels: Iterable[Label]) -> tuple[AnnotatorSummary, ...]:
-    """Per human annotator: labels done, median seconds, leave-one-out agreement, confidences.
+def annotator_workload(own: Sequence[Label]) -> Workload:
+    """One person's labels done, median seconds and confidences: nothing that reads anyone
+    else's label. The median ignores labels with no recorded time (`seconds_n` says how many)."""
+    seconds = [lb.seconds for lb in own if lb.seconds is not None]
+    confidences = Counter(lb.confidence for lb in own)
+    return Workload(
+        labels=len(own),
+        median_seconds=statistics.median(seconds) if seconds else None,
+        seconds_n=len(seconds),
+        confidence={level: confidences[level] for level in CONFIDENCE_LEVELS},
+    )
 
-    The median ignores labels with no recorded time (`seconds_n` says how many had one).
-    """
+
+def annotator_summaries(labels: Iterable[Label]) -> tuple[AnnotatorSummary, ...]:
+    """Per human annotator: their workload and their leave-one-out agreement."""
     labels = list(labels)
     comparisons = _comparisons(labels)
     summaries = []
     for annotator in _annotators(_human_votes(labels)):
-        own = [lb for lb in labels if _is_human(lb, annotator)]
-        seconds = [lb.seconds for lb in own if lb.seconds is not None]
+        workload = annotator_workload([lb for lb in labels if _is_human(lb, annotator)])
         matched = [c.agrees for c in comparisons if _is_human(c.label, annotator)]
-        confidences = Counter(lb.confidence for lb in own)
         summaries.append(
             AnnotatorSummary(
                 annotator=annotator,
-                labels=len(own),
-                median_seconds=statistics.median(seconds) if seconds else None,
-                seconds_n=len(seconds),
+                labels=workload.labels,
+                median_seconds=workload.median_seconds,
+                seconds_n=workload.seconds_n,
                 agreement=_ratio(sum(matched), len(matched)),
                 n=len(matched),
-                confidence={level: confidences[level] for level in CONFIDENCE_LEVELS},
+                confidence=workload.confidence,
             )
         )
     return tuple(summaries)
+
+
+# What a person who labels may see of the panel (panel_report): figures over at least this many
+# other annotators and this many items that two or more of them labeled.
+PANEL_MIN_ANNOTATORS = 3
+PANEL_MIN_OVERLAP_PAIRS = 20
+
+
+def _panel_json(others: Sequence[Label]) -> dict[str, Any]:
+    votes = _human_votes(others)
+    alpha = krippendorff_alpha(others)
+    annotators = len(_annotators(votes))
+    shown = annotators >= PANEL_MIN_ANNOTATORS and alpha.n >= PANEL_MIN_OVERLAP_PAIRS
+    return {
+        "pairs": len(votes),
+        "annotators": annotators,
+        "overlap_pairs": alpha.n,
+        "shown": shown,
+        "krippendorff_alpha": alpha.alpha if shown else None,
+        "unanimous_share": unanimity_share(others).share if shown else None,
+    }
+
+
+def panel_report(others: Iterable[Label], *, dimension: str | None = None) -> dict[str, Any]:
+    """The panel figures a labeler may see: alpha and unanimity of the *other* annotators,
+    pooled and by dimension, each withheld (`shown` false, figures None) below the minimums.
+
+    Why these and nothing else. The attack to defeat: label a pair a colleague labeled, look,
+    revise the label, look again; whatever moved was computed from both labels, so it tells the
+    colleague's choice (a kappa row "me vs bob" flips from 1 to 0; so does "my agreement with the
+    majority without me", by 1/n, telling whether the others' majority on that pair matched).
+
+    1. `others` must not hold the viewer's labels: the selector leaves them out of what it
+       fetches. No figure here is then a function of the viewer's labels at all, so labeling or
+       revising anything changes nothing on the page and the differencing above has nothing to
+       difference. This is also why the viewer's own agreement is not shown, however coarsely:
+       any such figure moves with their own label in a direction set by the others' labels.
+    2. No row names or pairs a person: no kappa per pair of annotators, no per-person agreement.
+    3. The figures that remain are functions of the others' labels only, and are shown only over
+       at least PANEL_MIN_ANNOTATORS other people and PANEL_MIN_OVERLAP_PAIRS items with 2+ of
+       their labels. With one or two others, "the panel" is a statement about those named
+       colleagues (with two, alpha is their pairwise agreement); with a handful of items one
+       colleague's label moves a figure far. What is left: a figure moves when a colleague labels
+       an overlapping pair, which tells that someone labeled something (as queue progress does),
+       not who, which pair or which choice.
+    """
+    others = [lb for lb in others if lb.provider == "human"]
+    others = [lb for lb in others if dimension is None or lb.dimension == dimension]
+    report = _panel_json(others)
+    report["min_annotators"] = PANEL_MIN_ANNOTATORS
+    report["min_overlap_pairs"] = PANEL_MIN_OVERLAP_PAIRS
+    dimensions = sorted({label.dimension for label in others}, key=_dimension_order)
+    report["by_dimension"] = [
+        {
+            "dimension": NO_DIMENSION if name is None else name,
+            **_panel_json([lb for lb in others if lb.dimension == name]),
+        }
+        for name in dimensions
+    ]
+    return report

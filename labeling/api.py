@@ -134,7 +134,7 @@ def import_create(request: Request, slug: str) -> Response:
         return Response({"detail": str(exc)}, status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
     if isinstance(outcome, Job):
         return Response(JobOutput(outcome).data, status=status.HTTP_202_ACCEPTED)
-    return Response({"lines": outcome.lines, "counts": outcome.counts})
+    return Response(outcome.as_json())
 
 
 @api_view(["GET"])

@@ -118,7 +118,7 @@ def import_job_run(*, job_id: int, redelivered: bool = False) -> dict[str, Any]:
         job_finish(
             job=job,
             status=JobStatus.SUCCEEDED,
-            result={"lines": report.lines, "counts": report.counts, "summary": report.summary()},
+            result={**report.as_json(), "summary": report.summary()},
         )
     finally:
         default_storage.delete(name)

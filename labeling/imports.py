@@ -82,17 +82,59 @@ class ImportRejected(Exception):
         self.total = total
 
 
+def _per_type() -> dict[str, int]:
+    return dict.fromkeys(RECORD_TYPES, 0)
+
+
 @dataclass
 class ImportReport:
+    """`counts`: the file's records per type (exact repeats once); `created`, `updated` and
+    `unchanged` split them by what the import did with each, against what the project held."""
+
     lines: int = 0
-    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RECORD_TYPES, 0))
+    counts: dict[str, int] = field(default_factory=_per_type)
+    created: dict[str, int] = field(default_factory=_per_type)
+    updated: dict[str, int] = field(default_factory=_per_type)
+    unchanged: dict[str, int] = field(default_factory=_per_type)
+
+    @property
+    def changed(self) -> bool:
+        return any(self.created.values()) or any(self.updated.values())
 
     def summary(self) -> str:
-        """ "Imported 3 lines: 1 task, 2 responses."."""
+        """ "Imported 3 lines: 1 task, 2 responses (2 created, 1 unchanged)." or, when no
+        record was created or updated, "Nothing changed: ..."."""
         records = ", ".join(
             _counted(n, kind.replace("_", " ")) for kind, n in self.counts.items() if n
         )
-        return f"Imported {_counted(self.lines, 'line')}: {records or 'no records'}."
+        if not self.changed:
+            if not records:
+                return "Nothing changed: the file has no records."
+            return (
+                f"Nothing changed: the project already holds every record of the file ({records})."
+            )
+        outcomes = ", ".join(
+            f"{sum(tally.values())} {name}"
+            for name, tally in (
+                ("created", self.created),
+                ("updated", self.updated),
+                ("unchanged", self.unchanged),
+            )
+            if any(tally.values())
+        )
+        return f"Imported {_counted(self.lines, 'line')}: {records} ({outcomes})."
+
+    def as_json(self) -> dict[str, Any]:
+        """The report as the command's --json, the API and the import job print it: `lines` and
+        `counts` as before, plus `changed` and the created/updated/unchanged counts per type."""
+        return {
+            "lines": self.lines,
+            "counts": self.counts,
+            "changed": self.changed,
+            "created": self.created,
+            "updated": self.updated,
+            "unchanged": self.unchanged,
+        }
 
 
 def _counted(count: int, noun: str) -> str:
@@ -228,11 +270,22 @@ def _scan(
 
 
 class _Writer:
-    """Writes one record type at a time, resolving references against the database."""
+    """Writes one record type at a time, resolving references against the database, and tallies
+    whether each record created, updated or left unchanged what the project held."""
 
-    def __init__(self, project: Project, errors: _Errors) -> None:
+    def __init__(self, project: Project, errors: _Errors, report: ImportReport) -> None:
         self.project = project
         self.errors = errors
+        self.report = report
+
+    def tally(self, kind: str, before: Any, after: Any) -> None:
+        """Count one written record: `before` is what the project held (None: nothing)."""
+        if before is None:
+            self.report.created[kind] += 1
+        elif before == after:
+            self.report.unchanged[kind] += 1
+        else:
+            self.report.updated[kind] += 1
 
     # Lookups shared by the label types -------------------------------------------------
 
@@ -268,6 +321,13 @@ class _Writer:
     # One method per record type --------------------------------------------------------
 
     def dimensions(self, batch: list[tuple[int, DimensionRecord]]) -> None:
+        held = dict(
+            Dimension.objects.filter(
+                project=self.project, name__in=[r.name for _, r in batch]
+            ).values_list("name", "description")
+        )
+        for _, r in batch:
+            self.tally("dimension", held.get(r.name), r.description)
         Dimension.objects.bulk_create(
             [
                 Dimension(project=self.project, name=r.name, description=r.description)
@@ -278,8 +338,31 @@ class _Writer:
             update_fields=["description"],
         )
 
+    def tasks_held(self, ids: list[str]) -> dict[str, tuple[Any, ...]]:
+        """Each existing task's fields and documents, in the shape `task_state` gives."""
+        held = {
+            ext: [domain, prompt, instructions, metadata, split, []]
+            for ext, domain, prompt, instructions, metadata, split in Task.objects.filter(
+                project=self.project, external_id__in=ids
+            ).values_list("external_id", "domain", "prompt", "instructions", "metadata", "split")
+        }
+        documents = Document.objects.filter(task__project=self.project, task__external_id__in=ids)
+        for task, ext, title, text in documents.order_by("position").values_list(
+            "task__external_id", "external_id", "title", "text"
+        ):
+            held[task][5].append((ext, title, text))
+        return {ext: tuple(state) for ext, state in held.items()}
+
     def tasks(self, batch: list[tuple[int, TaskRecord]]) -> None:
         fields = ["domain", "prompt", "instructions", "metadata"]
+        held = self.tasks_held([r.id for _, r in batch])
+        for _, r in batch:
+            before = held.get(r.id)
+            # A record without a split keeps the split already assigned in the app.
+            split = r.split or (before[4] if before is not None else "unassigned")
+            documents = [(d.id, d.title, d.text) for d in r.documents]
+            after = (r.domain, r.prompt, r.instructions, r.metadata, split, documents)
+            self.tally("task", before, after)
         # A record without a split keeps the split already assigned in the app.
         for with_split in (True, False):
             group = [r for _, r in batch if (r.split is not None) == with_split]
@@ -328,6 +411,12 @@ class _Writer:
     def responses(self, batch: list[tuple[int, ResponseRecord]]) -> None:
         task_pks = self.tasks_by_id({r.task for _, r in batch})
         existing = self.responses_by_id({r.id for _, r in batch})
+        held = {
+            ext: rest
+            for ext, *rest in Response.objects.filter(
+                project=self.project, external_id__in=[r.id for _, r in batch]
+            ).values_list("external_id", "content", "messages", "source_model", "metadata")
+        }
         rows = []
         for line, r in batch:
             task_pk = task_pks.get(r.task)
@@ -337,21 +426,22 @@ class _Writer:
             if r.id in existing and existing[r.id][1] != task_pk:
                 self.errors.add(line, "task", f"response {r.id!r} already belongs to another task")
                 continue
-            rows.append(
-                Response(
-                    project=self.project,
-                    task_id=task_pk,
-                    external_id=r.id,
-                    content=r.content or "",
-                    messages=(
-                        None
-                        if r.messages is None
-                        else [m.model_dump(exclude_none=True) for m in r.messages]
-                    ),
-                    source_model=r.source,
-                    metadata=r.metadata,
-                )
+            row = Response(
+                project=self.project,
+                task_id=task_pk,
+                external_id=r.id,
+                content=r.content or "",
+                messages=(
+                    None
+                    if r.messages is None
+                    else [m.model_dump(exclude_none=True) for m in r.messages]
+                ),
+                source_model=r.source,
+                metadata=r.metadata,
             )
+            after = [row.content, row.messages, row.source_model, row.metadata]
+            self.tally("response", held.get(r.id), after)
+            rows.append(row)
         Response.objects.bulk_create(
             rows,
             update_conflicts=True,
@@ -374,11 +464,13 @@ class _Writer:
                 continue
             wanted = [{"id": i.id, "text": i.text, "weight": i.weight} for i in r.items]
             rubric = current.get((task_pk, r.author, r.origin))
+            before = None if rubric is None else rubric_items_snapshot(rubric)
+            self.tally("rubric", before, wanted)
             if rubric is None:
                 rubric = Rubric.objects.create(
                     task_id=task_pk, author_kind=r.author, origin=r.origin
                 )
-            elif rubric_items_snapshot(rubric) == wanted:
+            elif before == wanted:
                 continue
             else:
                 rubric.version += 1
@@ -395,6 +487,12 @@ class _Writer:
             ).values_list("pk", "rubric__task_id", "rubric__author_kind", "rubric__origin", "key")
         }
         annotators = self.annotators_by_name({r.annotator for _, r in batch})
+        held = {
+            (response, item, annotator): (passed, note)
+            for response, item, annotator, passed, note in CriterionGrade.objects.filter(
+                response_id__in=[pk for pk, _ in responses.values()]
+            ).values_list("response_id", "item_id", "annotator_id", "passed", "note")
+        }
         rows = []
         for line, r in batch:
             if r.response not in responses:
@@ -407,6 +505,8 @@ class _Writer:
                     line, "item", f"item {r.item!r} is not in the task's {r.rubric} rubric"
                 )
                 continue
+            key = (response_pk, item_pk, annotators[r.annotator])
+            self.tally("criterion_grade", held.get(key), (r.passed, r.note))
             rows.append(
                 CriterionGrade(
                     response_id=response_pk,
@@ -425,14 +525,20 @@ class _Writer:
 
     def scores(self, batch: list[tuple[int, ScoreRecord]]) -> None:
         responses = self.responses_by_id({r.response for _, r in batch})
+        held = {
+            (response, provider): value
+            for response, provider, value in Score.objects.filter(
+                response_id__in=[pk for pk, _ in responses.values()]
+            ).values_list("response_id", "provider", "value")
+        }
         rows = []
         for line, r in batch:
             if r.response not in responses:
                 self.missing(line, "response", "response", r.response)
                 continue
-            rows.append(
-                Score(response_id=responses[r.response][0], provider=r.provider, value=r.value)
-            )
+            response_pk = responses[r.response][0]
+            self.tally("score", held.get((response_pk, r.provider)), r.value)
+            rows.append(Score(response_id=response_pk, provider=r.provider, value=r.value))
         Score.objects.bulk_create(
             rows,
             update_conflicts=True,
@@ -468,6 +574,8 @@ class _Writer:
                 continue
             response_pk = responses[r.response][0]
             row = existing.get((r.judge, response_pk, dimension, r.run))
+            # A score may be null (a failed call), so what was held is compared as a 1-tuple.
+            self.tally("judge_score", None if row is None else (row.score,), (r.score,))
             if row is None:
                 created.append(
                     JudgeScore(
@@ -521,9 +629,13 @@ class _Writer:
                 seconds_spent=r.seconds_spent,
             )
             old = current.get(preference_key(new))
-            if old is not None:
-                if preference_same(old, new):
-                    continue
+            if old is None:
+                self.report.created["preference"] += 1
+            elif preference_same(old, new):
+                self.report.unchanged["preference"] += 1
+                continue
+            else:
+                self.report.updated["preference"] += 1
                 retired.append(old.pk)
             created.append(new)
         # Retire before inserting: the one-current constraint would refuse the new rows.
@@ -601,7 +713,7 @@ def jsonl_import(
             _scan(path, spool, errors, report, report_progress)
             if errors.total >= MAX_REPORTED_ERRORS:
                 raise ImportRejected(errors.items, errors.total)
-            writer = _Writer(project, errors)
+            writer = _Writer(project, errors, report)
             report_progress("Writing records", 0, sum(report.counts.values()))
             try:
                 with transaction.atomic():

@@ -26,6 +26,7 @@ from labeling.queue import (
 )
 from labeling.selectors import (
     agreement_labels,
+    agreement_panel,
     criterion_grading_left,
     criterion_grading_next,
     criterion_grading_view,
@@ -220,14 +221,15 @@ def agreement_page(request: HttpRequest, slug: str) -> HttpResponse:
     dimension = request.GET.get("dimension") or None
     if dimension is not None and dimension not in names:
         raise Http404("No such dimension.")
-    report = agreement_report(agreement_labels(project=access.project), dimension=dimension)
-    context = {
-        "access": access,
-        "project": access.project,
-        "report": report,
-        "dimensions": names,
-        "dimension": dimension,
-    }
+    context = {"access": access, "project": access.project, "dimensions": names}
+    context["dimension"] = dimension
+    # Whoever may export the labels reads every one of them anyway; everyone else (experts)
+    # gets figures that cannot reveal a colleague's label (agreement_panel).
+    if not access.can(Perm.EXPORT):
+        context |= agreement_panel(project=access.project, user=request.user, dimension=dimension)
+        return render(request, "labeling/agreement_panel.html", context)
+    labels = agreement_labels(project=access.project)
+    context["report"] = agreement_report(labels, dimension=dimension)
     return render(request, "labeling/agreement.html", context)
 
 

@@ -7,7 +7,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Case, Count, F, OuterRef, Q, QuerySet, Subquery, When
 from django.db.models.functions import Coalesce
 
-from labeling.agreement_stats import Label
+from labeling.agreement_stats import Label, annotator_workload, panel_report
 from labeling.models import (
     Annotator,
     CriterionGrade,
@@ -17,6 +17,7 @@ from labeling.models import (
     Membership,
     Preference,
     Project,
+    Provider,
     QueueAssignment,
     Response,
     Rubric,
@@ -248,7 +249,30 @@ def criterion_grading_view(
 
 def agreement_labels(*, project: Project) -> list[Label]:
     """Current pairwise labels of the project, in the shape the agreement statistics read."""
-    rows = Preference.objects.filter(task__project=project, is_current=True).values_list(
+    return _labels(Preference.objects.filter(task__project=project, is_current=True))
+
+
+def agreement_panel(
+    *, project: Project, user: AbstractBaseUser, dimension: str | None
+) -> dict[str, Any]:
+    """What a labeler sees of agreement: the panel figures of everyone else and their own
+    workload. The user's labels and the others' are fetched apart, so nothing computed for the
+    panel can read the viewer's labels (panel_report's docstring says why that matters)."""
+    current = Preference.objects.filter(task__project=project, is_current=True)
+    if dimension is not None:
+        current = current.filter(dimension__name=dimension)
+    # The viewer's labels are those of their annotator rows; exclude() keeps labels whose
+    # annotator has no user (imported names), which are someone else's.
+    own = current.filter(provider=Provider.HUMAN, annotator__user=user)
+    others = current.filter(provider=Provider.HUMAN).exclude(annotator__user=user)
+    return {
+        "panel": panel_report(_labels(others), dimension=dimension),
+        "own": annotator_workload(_labels(own)),
+    }
+
+
+def _labels(preferences: QuerySet[Preference]) -> list[Label]:
+    rows = preferences.values_list(
         "response_a__external_id",
         "response_b__external_id",
         "dimension__name",

@@ -26,7 +26,7 @@ from labeling.import_jobs import UploadTooLarge, import_upload, rejection_payloa
 from labeling.imports import ImportRejected
 from labeling.jobs import job_cancel
 from labeling.jsonl import jsonl_lines
-from labeling.models import Job, Task
+from labeling.models import Job, Project, Task
 from labeling.selectors import (
     memberships_for_user,
     project_domains,
@@ -36,7 +36,7 @@ from labeling.selectors import (
     tasks_browse,
 )
 from labeling.snapshots import label_export_record, snapshot_header
-from labeling.splits import SplitFractionsInvalid, splits_assign
+from labeling.splits import SplitFractionsInvalid, SplitPlan, splits_apply, splits_plan
 
 TASKS_PER_PAGE = 25
 
@@ -156,30 +156,39 @@ def splits_page(request: HttpRequest, slug: str) -> HttpResponse:
     access = project_access(user=request.user, slug=slug)
     domains = project_domains(project=access.project)
     form = SplitForm(request.POST or None, domains=domains)
+    context: dict[str, Any] = {"access": access, "project": access.project, "form": form}
     status = 200
     if request.method == "POST":
+        # Two steps: a POST without a confirmation shows what would move; the preview's form
+        # posts again with the plan's token, and only a token equal to the plan made anew
+        # (nothing changed in between) writes it.
         project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
-        if form.is_valid():
-            try:
-                splits_assign(
-                    project=access.project,
-                    fractions=form.fractions(),
-                    seed=form.cleaned_data["seed"],
-                    holdout_domains=tuple(form.cleaned_data["holdout"]),
-                )
-            except SplitFractionsInvalid as exc:
-                form.add_error(None, str(exc))
-            else:
-                messages.success(request, "Splits assigned.")
-                return redirect("splits", slug=slug)
-        status = 400
-    context = {
-        "access": access,
-        "project": access.project,
-        "form": form,
-        "table": split_table(project=access.project),
-    }
+        plan = _split_plan(access.project, form)
+        confirm = request.POST.get("confirm")
+        if plan is not None and plan.moved and confirm == plan.token:
+            splits_apply(plan=plan)
+            messages.success(request, f"Splits assigned: {plan.moved} of {plan.tasks} tasks moved.")
+            return redirect("splits", slug=slug)
+        context |= {"plan": plan, "stale": plan is not None and confirm is not None}
+        status = 400 if plan is None else 200
+    context["table"] = split_table(project=access.project)
     return render(request, "labeling/splits.html", context, status=status)
+
+
+def _split_plan(project: Project, form: SplitForm) -> SplitPlan | None:
+    """The form's plan, or None with the problem added to the form."""
+    if not form.is_valid():
+        return None
+    try:
+        return splits_plan(
+            project=project,
+            fractions=form.fractions(),
+            seed=form.cleaned_data["seed"],
+            holdout_domains=tuple(form.cleaned_data["holdout"]),
+        )
+    except SplitFractionsInvalid as exc:
+        form.add_error(None, str(exc))
+        return None
 
 
 @require_GET

@@ -74,7 +74,15 @@ def test_the_download_records_the_export_and_the_page_lists_it(
     grader = rubric_grader(search_project)
     client = Client()
     client.force_login(admin_user)
-    response = client.get(reverse("bundle-download", args=[search_project.slug, grader.pk]))
+    url = reverse("bundle-download", args=[search_project.slug, grader.pk])
+    # A GET (a link prefetch, a crawler, a reload) is not a download anyone meant.
+    for method in (client.get, client.head):
+        refused = method(url)
+        assert refused.status_code == 405 and refused["Allow"] == "POST"
+    assert GraderExport.objects.count() == 0
+    page = client.get(reverse("program", args=[search_project.slug, grader.pk])).content.decode()
+    assert f'<form method="post" action="{url}"' in page  # the Download button posts
+    response = client.post(url)
     assert response.status_code == 200
     assert f"grader-{grader.pk}-{grader.content_hash[:12]}" in response["Content-Disposition"]
     assert json.loads(response.content)["grader"]["id"] == grader.pk
@@ -184,7 +192,10 @@ def test_a_training_job_downloads_the_bundle_with_an_export_token(
     assert Client().get(url).status_code == 401
     denied = Client(headers={"Authorization": f"Bearer {reward_raw}"}).get(url)
     assert denied.status_code == 403
-    response = Client(headers={"Authorization": f"Bearer {export_raw}"}).get(url)
+    job = Client(headers={"Authorization": f"Bearer {export_raw}"})
+    assert job.head(url).status_code == 405  # a probe is no download
+    assert GraderExport.objects.count() == 0
+    response = job.get(url)
     assert response.status_code == 200
     assert load_bundle(response.json()).info.grader_id == grader.pk
     assert GraderExport.objects.get().token == export_token

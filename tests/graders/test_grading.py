@@ -11,6 +11,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from graders.engine.baseline import baseline_program
+from graders.engine.judge import Usage
 from graders.grading import grading_run_execute, grading_run_resume
 from graders.models import Grade, GradingRun, JudgeCall, JudgeEndpoint
 from graders.services import grading_run_start, metagrader_register
@@ -167,56 +168,82 @@ def test_budget_stops_cleanly_and_resume_finishes_without_repeating_calls(
     assert Grade.objects.filter(run=run).count() == 9
 
 
-def test_a_run_reports_each_new_judge_answer_as_it_lands(
-    graded_project: Project, judge: JudgeEndpoint, fake_judge: FakeJudgeServer
+def test_a_run_stores_its_usage_as_each_new_judge_answer_lands(
+    graded_project: Project,
+    judge: JudgeEndpoint,
+    fake_judge: FakeJudgeServer,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """The run's stored usage is the one counter every page shows; it grows per answer, not
+    per chunk, so a slow judge's run shows its calls long before a task is done."""
+    from graders import grading
     from graders.grading import run_budget, run_grade
 
+    clock = [0.0]
+
+    def tick() -> float:
+        clock[0] += 2.0  # every answer is more than a second after the last store
+        return clock[0]
+
+    monkeypatch.setattr(grading.time, "monotonic", tick)
+    stored: list[tuple[int, float]] = []
+    usage_add = grading._usage_add
+
+    def recording(run: GradingRun, usage: Usage) -> None:
+        stored.append((usage.calls, usage.cost))
+        usage_add(run, usage)
+
+    monkeypatch.setattr(grading, "_usage_add", recording)
     judge.price_in_per_mtok, judge.price_out_per_mtok = 3, 15
     judge.save()
     run = run_for(graded_project, judge, "scalar")
     chunks: list[tuple[int, int]] = []
-    answers: list[tuple[int, float]] = []
-    run_grade(
-        run, budget=run_budget(None, None, {}), progress=lambda d, t: chunks.append((d, t)),
-        answered=lambda count, cost: answers.append((count, cost)),
-    )  # fmt: skip
-    # One count per answer stored, in order, whatever the chunks: 9 responses, one call each.
-    assert [count for count, _ in answers] == list(range(1, fake_judge.call_count + 1))
-    assert len(answers) == 9
+    run_grade(run, budget=run_budget(None, None, {}), progress=lambda d, t: chunks.append((d, t)))
+    # 9 responses, one call each: one store per answer as it lands (and none per chunk).
+    assert [calls for calls, _ in stored if calls] == [1] * 9 == [1] * fake_judge.call_count
     run.refresh_from_db()
-    costs = [cost for _, cost in answers]
-    assert costs == sorted(costs) and costs[-1] == pytest.approx(run.usage["cost"])
-    assert run.usage["cost"] > 0  # the prices above make every call cost something
+    assert run.usage["calls"] == 9
+    assert (
+        run.usage["cost"] == pytest.approx(sum(cost for _, cost in stored))
+        and run.usage["cost"] > 0
+    )
     assert chunks[0] == (0, 3)  # three tasks, reported chunk by chunk
     rerun = run_for(graded_project, judge, "scalar")
-    again: list[int] = []
-    run_grade(rerun, budget=run_budget(None, None, {}), progress=lambda d, t: None,
-              answered=lambda count, cost: again.append(count))  # fmt: skip
-    assert again == []  # all from the cache: nothing new to report
+    run_grade(rerun, budget=run_budget(None, None, {}), progress=lambda d, t: None)
+    rerun.refresh_from_db()
+    assert (rerun.usage["calls"], rerun.usage["cache_hits"]) == (0, 9)  # all from the cache
 
 
-def test_the_job_shows_the_answer_count_at_most_once_a_second(
-    project: Project, monkeypatch: pytest.MonkeyPatch
+def test_the_run_usage_is_stored_at_most_once_a_second_and_exactly_at_chunk_end(
+    graded_project: Project, judge: JudgeEndpoint, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from graders import grading
 
     now = [100.0]
     monkeypatch.setattr(grading.time, "monotonic", lambda: now[0])
-    job = Job.objects.create(project=project, kind="search", stage="Round 1")
-    answered = grading.answers_shown(job_pk=job.pk, stage="Round 1")
+    run = run_for(graded_project, judge, "scalar")
+    cache = grading.RunUsageCache("m", run)
+    client = Usage()
+    cache.chunk_start(client)
 
-    def stage() -> str:
-        return Job.objects.get(pk=job.pk).stage
+    def calls() -> int:
+        return GradingRun.objects.get(pk=run.pk).usage.get("calls", 0)
 
-    answered(1, 0.0)
-    assert stage() == "Round 1 · 1 new judge answer"
+    client.calls, client.cost = 1, 0.01
+    cache._put("k1", {"content": "1"})
+    assert calls() == 1
     now[0] += 0.5
-    answered(2, 0.01)
-    assert stage() == "Round 1 · 1 new judge answer"  # within the second: not written
+    client.calls = 2
+    cache._put("k2", {"content": "2"})
+    assert calls() == 1  # within the second: not written
     now[0] += 0.6
-    answered(3, 0.0123)
-    assert stage() == "Round 1 · 3 new judge answers, $0.0123"
+    client.calls = 3
+    cache._put("k3", {"content": "3"})
+    assert calls() == 3
+    cache.chunk_end(Usage(calls=4, cost=0.02, retries=1))
+    stored = GradingRun.objects.get(pk=run.pk).usage
+    assert (stored["calls"], stored["retries"], stored["cost"]) == (4, 1, pytest.approx(0.02))
+    assert float(Job.objects.get(pk=run.job_id).cost) == pytest.approx(0.02)
 
 
 def test_cancel_stops_the_run_and_keeps_it_resumable(
@@ -587,3 +614,61 @@ def test_operators_can_pin_judge_hosts(
     )
     with pytest.raises(ValidationError):
         endpoint_settings(judge)  # 127.0.0.1 is not pinned
+
+
+def _meta_records(dimensions: list[str | None]) -> list[dict[str, Any]]:
+    """One synthetic-labeled pair per dimension (None: an overall preference), scored right by
+    the judge j in one run."""
+    records: list[dict[str, Any]] = [{"type": "task", "id": "t", "prompt": "p"}]
+    records += [{"type": "dimension", "name": d} for d in dimensions if d is not None]
+    for i, dim in enumerate(dimensions):
+        a, b = f"r{i}a", f"r{i}b"
+        records += [
+            {"type": "response", "id": a, "task": "t", "content": a},
+            {"type": "response", "id": b, "task": "t", "content": b},
+            {"type": "preference", "a": a, "b": b, "choice": "a", "provider": "synthetic",
+             "annotator": "gen", "dimension": dim},
+            {"type": "judge_score", "judge": "j", "response": a, "score": 0.9, "dimension": dim},
+            {"type": "judge_score", "judge": "j", "response": b, "score": 0.1, "dimension": dim},
+        ]  # fmt: skip
+    return records
+
+
+def test_meta_eval_lists_a_judge_without_dimensions_once(
+    project: Project, tmp_path: Path, reviewer_user: Any
+) -> None:
+    from django.test import Client
+    from django.urls import reverse
+
+    jsonl_import(project=project, path=write_jsonl(tmp_path / "m.jsonl", _meta_records([None])))
+    out = io.StringIO()
+    call_command("meta_eval", project="acme", json=True, stdout=out)
+    report = json.loads(out.getvalue())
+    assert [(r["judge"], r["dimension"], r["pairs"]) for r in report["rows"]] == [("j", None, 1)]
+    assert report["by_dimension"] == []
+    text = io.StringIO()
+    call_command("meta_eval", project="acme", stdout=text)
+    assert len([line for line in text.getvalue().splitlines() if line.startswith("j\t")]) == 1
+    client = Client()
+    client.force_login(reviewer_user)
+    page = client.get(reverse("meta-eval", args=["acme"])).content.decode()
+    assert page.count("<tr><td>j</td>") == 1
+
+
+def test_meta_eval_breaks_a_judge_down_only_over_two_or_more_dimensions(
+    project: Project, tmp_path: Path
+) -> None:
+    from graders.evaluation import meta_eval_rows
+
+    records = _meta_records([None, "tone"])
+    jsonl_import(project=project, path=write_jsonl(tmp_path / "m.jsonl", records))
+    report = meta_eval_rows(project=project)
+    assert [(r["dimension"], r["pairs"]) for r in report["rows"]] == [(None, 2)]
+    assert [(r["dimension"], r["pairs"]) for r in report["by_dimension"]] == [
+        ("(none)", 1),
+        ("tone", 1),
+    ]
+    # Filtered to one dimension, the pooled row is that dimension's and is not repeated.
+    report = meta_eval_rows(project=project, dimension="tone")
+    assert [(r["dimension"], r["pairs"]) for r in report["rows"]] == [("tone", 1)]
+    assert report["by_dimension"] == []

@@ -159,6 +159,35 @@ def test_a_rerun_of_the_same_search_is_answered_from_the_cache(
     assert sum(run.usage.get("cache_hits", 0) for run in runs) > 0
 
 
+def test_the_search_page_shows_one_count_of_the_judge_calls_made(
+    search_project: Project,
+    search_judge: JudgeEndpoint,
+    fake_judge: FakeJudgeServer,
+    admin_user: Any,
+) -> None:
+    """The page's judge calls are the requests the judge received, once, under one name; the
+    stage line carries no second counter of its own."""
+    from django.test import Client
+    from django.urls import reverse
+
+    search = search_start(
+        project=search_project, kind="scalar", mode="best_of_n", endpoint=search_judge, n=2, seed=1
+    )
+    search_run_execute(search_id=search.pk)
+    client = Client()
+    client.force_login(admin_user)
+    page = client.get(reverse("search", args=["acme", search.pk])).content.decode()
+    assert fake_judge.call_count > 0
+    assert f"Judge calls {fake_judge.call_count} and cache hits " in page
+    assert "proposer calls 0" in page and "answer" not in finished(search).job.stage
+    rerun = search_start(
+        project=search_project, kind="scalar", mode="best_of_n", endpoint=search_judge, n=2, seed=1
+    )
+    search_run_execute(search_id=rerun.pk)
+    page = client.get(reverse("search", args=["acme", rerun.pk])).content.decode()
+    assert "Judge calls 0 and cache hits " in page  # all answered from the cache
+
+
 def test_a_spent_budget_stops_the_search_and_resume_finishes_it_without_repeating_calls(
     search_project: Project, search_judge: JudgeEndpoint, fake_judge: FakeJudgeServer
 ) -> None:

@@ -436,7 +436,8 @@ def test_status_polls_as_a_fragment_while_running_and_signals_the_end(
     assert "<html" in full and 'hx-trigger="every 1s"' in full and "<h2>Leaderboard</h2>" in full
     assert 'hx-trigger="every 5s, search-finished from:body"' in full
     assert '<progress max="24" value="6">' in full and "6 of 24 task gradings" in full
-    assert "Judge and proposer calls 3" in full and "cost $0.5000" in full
+    assert "Judge calls 0 and cache hits 0" in full and "proposer calls 3" in full
+    assert "cost $0.5000" in full
     assert "Cancel" in full and "Promote" not in full  # no actions while it runs
     status = {"HX-Request": "true", "HX-Target": "search-status"}
     fragment = admin.get(url("search", search.pk), headers=status)

@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from graders.models import ApiToken
 from graders.tokens import TokenInvalid, token_authenticate, token_create, token_revoke
-from labeling.models import Project, Task
+from labeling.models import Membership, Project, Role, Task
 
 pytestmark = pytest.mark.django_db
 
@@ -62,8 +62,11 @@ def test_admin_makes_a_token_and_sees_the_secret_once(client: Client, admin_user
     client.force_login(admin_user)
     assert client.get(page()).status_code == 200
     made = client.post(page(), {"name": "grpo-run-7", "scopes": ["reward"], "rate_per_minute": 120})
-    assert made.status_code == 200 and made["Cache-Control"] == "no-store"
-    secrets = TOKEN.findall(made.content.decode())
+    assert made.status_code == 302 and made["Location"] == page()  # post/redirect/get
+    assert not TOKEN.search(made.content.decode())
+    shown = client.get(page())
+    assert shown.status_code == 200 and shown["Cache-Control"] == "no-store"
+    secrets = TOKEN.findall(shown.content.decode())
     assert len(secrets) == 1
     token = ApiToken.objects.get()
     assert (token.name, token.scopes, token.rate_per_minute) == ("grpo-run-7", ["reward"], 120)
@@ -71,6 +74,20 @@ def test_admin_makes_a_token_and_sees_the_secret_once(client: Client, admin_user
     listing = client.get(page()).content.decode()
     assert secrets[0] not in listing and not TOKEN.search(listing)
     assert "grpo-run-7" in listing and f"wbt_{token.prefix}_" in listing and "ada" in listing
+    assert ApiToken.objects.count() == 1  # reloading the page made no second token
+
+
+def test_a_secret_waits_in_the_session_for_its_own_project_only(
+    client: Client, admin_user: User, project: Project
+) -> None:
+    other = Project.objects.create(slug="beta", name="Beta")
+    Membership.objects.create(user=admin_user, project=other, role=Role.ADMIN)
+    client.force_login(admin_user)
+    client.post(page(), {"name": "job", "scopes": ["reward"], "rate_per_minute": 60})
+    assert not TOKEN.search(client.get(page("beta")).content.decode())  # not the other project's
+    (secret,) = TOKEN.findall(client.get(page()).content.decode())
+    assert token_authenticate(raw=secret) == ApiToken.objects.get()
+    assert not any(TOKEN.search(str(value)) for value in client.session.values())
 
 
 def test_the_example_call_names_a_task_of_the_project(

@@ -51,7 +51,7 @@ PAGES = [
     ("export", "get", lambda w: reverse("export", args=["acme"]), None, (200, 403, 200, 404, 302)),
     ("splits page", "get", lambda w: reverse("splits", args=["acme"]), None, (200, 200, 200, 404, 302)),
     ("splits post", "post", lambda w: reverse("splits", args=["acme"]),
-     lambda: {"meta": 0.25, "selection": 0.25, "train": 0.25, "eval": 0.25, "seed": 1}, (302, 403, 403, 404, 302)),
+     lambda: {"meta": 0.25, "selection": 0.25, "train": 0.25, "eval": 0.25, "seed": 1}, (200, 403, 403, 404, 302)),
     ("job", "get", lambda w: reverse("job-detail", args=[w["job"].pk]), None, (200, 200, 200, 404, 302)),
     ("job cancel", "post", lambda w: reverse("job-cancel", args=[w["job"].pk]), None, (302, 403, 403, 404, 302)),
     ("api project", "get", lambda w: reverse("api-project", args=["acme"]), None, (200, 200, 200, 404, 403)),

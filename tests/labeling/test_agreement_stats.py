@@ -6,6 +6,8 @@ from typing import cast
 import pytest
 
 from labeling.agreement_stats import (
+    PANEL_MIN_ANNOTATORS,
+    PANEL_MIN_OVERLAP_PAIRS,
     AlphaResult,
     KappaResult,
     Label,
@@ -18,6 +20,7 @@ from labeling.agreement_stats import (
     human_majorities,
     krippendorff_alpha,
     majority_vote,
+    panel_report,
     provider_agreement,
     provider_agreement_by_confidence,
     unanimity_share,
@@ -459,3 +462,28 @@ def test_annotator_summaries() -> None:
     assert bob.confidence == {0: 0, 1: 2, 2: 0, None: 0}
     assert (carol.median_seconds, carol.seconds_n, carol.agreement, carol.n) == (None, 0, 1.0, 1)
     assert carol.confidence == {0: 2, 1: 0, 2: 0, None: 0}
+
+
+def _panel_labels(annotators: int, pairs: int) -> list[Label]:
+    labels = []
+    for i in range(pairs):
+        for j in range(annotators):
+            winner = f"p{i:02d}b" if (i + j) % 3 == 0 else f"p{i:02d}a"
+            pair = (f"p{i:02d}a", f"p{i:02d}b")
+            labels.append(Label(pair, None, f"ann{j}", "human", winner))
+    return labels
+
+
+def test_panel_report_shows_figures_only_above_both_minimums() -> None:
+    enough = panel_report(_panel_labels(PANEL_MIN_ANNOTATORS, PANEL_MIN_OVERLAP_PAIRS))
+    assert enough["shown"] and enough["krippendorff_alpha"] is not None
+    assert enough["unanimous_share"] is not None
+    assert set(enough) >= {"pairs", "annotators", "overlap_pairs", "by_dimension"}
+    assert "cohen_kappa" not in enough and "providers" not in enough
+    for labels in (
+        _panel_labels(PANEL_MIN_ANNOTATORS - 1, 40),
+        _panel_labels(PANEL_MIN_ANNOTATORS, PANEL_MIN_OVERLAP_PAIRS - 1),
+    ):
+        withheld = panel_report(labels)
+        assert not withheld["shown"]
+        assert (withheld["krippendorff_alpha"], withheld["unanimous_share"]) == (None, None)

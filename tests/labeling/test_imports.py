@@ -1,8 +1,10 @@
+import io
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 
 from labeling import records as limits
 from labeling.imports import ImportRejected, jsonl_import
@@ -59,6 +61,55 @@ def test_importing_the_same_file_twice_changes_nothing(project: Project, tmp_pat
     before = db_state(project)
     jsonl_import(project=project, path=path)
     assert db_state(project) == before
+
+
+def test_a_reimport_of_an_unchanged_file_says_nothing_changed(
+    project: Project, tmp_path: Path
+) -> None:
+    path = write_jsonl(tmp_path / "a.jsonl", basic_records())
+    first = jsonl_import(project=project, path=path)
+    assert first.changed and first.created == first.counts
+    assert not any(first.updated.values()) and not any(first.unchanged.values())
+    assert first.summary().startswith("Imported 16 lines: ") and "(16 created)" in first.summary()
+    again = jsonl_import(project=project, path=path)
+    assert not again.changed and again.unchanged == again.counts == first.counts
+    assert not any(again.created.values()) and not any(again.updated.values())
+    assert again.summary().startswith("Nothing changed: the project already holds every record")
+    # The command says so too; --json keeps `lines` and `counts` and adds the split.
+    out = io.StringIO()
+    call_command("import_jsonl", str(path), project="acme", stdout=out)
+    assert "Nothing changed" in out.getvalue() and "Imported" not in out.getvalue()
+    out = io.StringIO()
+    call_command("import_jsonl", str(path), project="acme", json=True, stdout=out)
+    report = json.loads(out.getvalue())
+    assert (report["lines"], report["counts"]) == (16, first.counts)
+    assert report["changed"] is False and report["unchanged"] == first.counts
+    assert not any(report["created"].values()) and not any(report["updated"].values())
+
+
+def test_a_reimport_counts_what_it_created_updated_and_left_unchanged(
+    project: Project, tmp_path: Path
+) -> None:
+    jsonl_import(project=project, path=write_jsonl(tmp_path / "a.jsonl", basic_records()))
+    records = basic_records()
+    for record in records:
+        if record["type"] == "task" and record["id"] == "t2":
+            record["prompt"] = "Review the SPA again"
+        if record["type"] == "score" and record["response"] == "t1/r2":
+            record["value"] = 0.3
+        if record["type"] == "preference" and record["provider"] == "human":
+            record["choice"] = "b"
+    records.append({"type": "response", "id": "t2/r3", "task": "t2", "content": "Memo C"})
+    report = jsonl_import(project=project, path=write_jsonl(tmp_path / "b.jsonl", records))
+    changed = {kind: n for kind, n in report.updated.items() if n}
+    assert changed == {"task": 1, "score": 1, "preference": 1}
+    assert {kind: n for kind, n in report.created.items() if n} == {"response": 1}
+    assert sum(report.unchanged.values()) == 16 - 3
+    assert report.summary().endswith("(1 created, 3 updated, 13 unchanged).")
+    # A split the app assigned is kept by a record without one, and is no change.
+    Task.objects.filter(external_id="t2").update(split="eval")
+    again = jsonl_import(project=project, path=write_jsonl(tmp_path / "b.jsonl", records))
+    assert not again.changed and Task.objects.get(external_id="t2").split == "eval"
 
 
 def test_reimport_updates_in_place_and_keeps_label_history(

@@ -118,7 +118,14 @@ def test_import_page_imports_a_small_file_inline(project: Project, admin_user: U
         reverse("import", args=["acme"]), {"file": SimpleUploadedFile("f.jsonl", good)}, follow=True
     )
     page = response.content.decode()
-    assert "Imported 1 line: 1 task." in page
+    assert "Imported 1 line: 1 task (1 created)." in page
+    again = logged_in(admin_user).post(
+        reverse("import", args=["acme"]), {"file": SimpleUploadedFile("f.jsonl", good)}, follow=True
+    )
+    assert (
+        "Nothing changed: the project already holds every record of the file (1 task)."
+        in again.content.decode()
+    )
     assert (
         'accept=".jsonl,.ndjson,.json,.txt,application/x-ndjson,application/json"'
         in logged_in(admin_user).get(reverse("import", args=["acme"])).content.decode()

@@ -37,7 +37,6 @@ class Command(BaseCommand):
                 sys.stderr.write(f"{path}:{error}\n")
             raise CommandError(str(exc)) from None
         if options["json"]:
-            self.stdout.write(json.dumps({"lines": report.lines, "counts": report.counts}))
+            self.stdout.write(json.dumps(report.as_json()))
             return
-        counts = ", ".join(f"{n} {kind}" for kind, n in report.counts.items() if n)
-        self.stdout.write(f"Imported {report.lines} lines into {slug}: {counts or 'nothing'}")
+        self.stdout.write(f"{slug}: {report.summary()}")
