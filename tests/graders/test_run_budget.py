@@ -16,6 +16,7 @@ from django.urls import reverse
 
 from graders.grading import grading_run_execute
 from graders.models import Grade, GradingRun, JudgeEndpoint
+from graders.search import search_run_execute, search_start, search_usage
 from labeling.models import JobStatus, Project
 from tests.fakes.openai_server import FakeJudgeServer
 from tests.graders.test_grading import graded_project, judge, quality_responder, run_for
@@ -171,3 +172,18 @@ def test_the_grades_table_shows_the_grades_stored_while_the_run_goes(
     done = logged_in(admin_user).get(url, headers={"HX-Request": "true"}).content.decode().strip()
     assert done.startswith('<section id="run-live">')  # the run is over: no more polling
     assert done.count('<a href="/p/acme/grades/') == 9
+
+
+@pytest.mark.django_db
+def test_a_search_stopped_by_its_budget_reads_the_same_with_what_it_spent(
+    search_project: Project, search_judge: JudgeEndpoint, admin_user: User
+) -> None:
+    search = search_start(project=search_project, kind="scalar", mode="best_of_n",
+                          endpoint=search_judge, n=3, seed=1, max_calls=12)  # fmt: skip
+    assert search_run_execute(search_id=search.pk)["status"] == "budget"
+    calls = int(search_usage(search)["calls"])
+    page = logged_in(admin_user).get(reverse("search", args=["acme", search.pk])).content.decode()
+    assert f"<b>{STOPPED}</b>" in page and "Failed" not in page
+    assert f"The budget is spent: {calls} judge calls and $" in page and 0 < calls <= 12
+    stopped_runs = GradingRun.objects.filter(search=search, job__status=JobStatus.BUDGET_SPENT)
+    assert stopped_runs.count() == 1  # the candidate's run it stopped in
