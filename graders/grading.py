@@ -342,7 +342,7 @@ class StageShown:
     25 checks · 12 new judge answers, $0.0310"): the judge requests answered of those the
     current batch of tasks needs, cache hits included, and the new answers and their cost.
     Written at most once a second (the job pages poll about as often), and always when a
-    batch's checks are all answered."""
+    batch starts and when its checks are all answered."""
 
     INTERVAL_S = 1.0
 
@@ -354,14 +354,14 @@ class StageShown:
 
     def answered(self, count: int, cost: float) -> None:
         self.answers = (count, cost)
-        self._show(final=False)
+        self._show(force=False)
 
     def checked(self, done: int, total: int) -> None:
         self.checks = (done, total)
-        self._show(final=done >= total)
+        self._show(force=done == 0 or done >= total)
 
-    def _show(self, *, final: bool) -> None:
-        if not final and time.monotonic() - self.shown < self.INTERVAL_S:
+    def _show(self, *, force: bool) -> None:
+        if not force and time.monotonic() - self.shown < self.INTERVAL_S:
             return
         self.shown = time.monotonic()
         text = self.stage
