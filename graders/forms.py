@@ -1,11 +1,15 @@
+from collections.abc import Mapping
 from typing import Any
 
 from django import forms
 
 from graders.engine.programs import KINDS
-from graders.models import JudgeEndpoint, Metagrader, SearchMode, SearchRun
+from graders.models import GradingRun, JudgeEndpoint, Metagrader, SearchMode, SearchRun
 from graders.search import MAX_CANDIDATES
 from labeling.models import INT_FIELD_MAX, Project, Split
+
+# A dollar budget past this is a typo, not a plan.
+MAX_BUDGET_DOLLARS = 1_000_000.0
 
 
 class EndpointForm(forms.ModelForm):
@@ -57,7 +61,10 @@ class RunForm(forms.Form):
         help_text="Stop after this many calls.",
     )
     max_cost = forms.FloatField(
-        required=False, min_value=0, help_text="Stop after this many dollars."
+        required=False,
+        min_value=0,
+        max_value=MAX_BUDGET_DOLLARS,
+        help_text="Stop after this many dollars.",
     )
 
     def __init__(self, *args: object, project: object, **kwargs: object) -> None:
@@ -145,30 +152,51 @@ class SearchForm(forms.Form):
             )
 
 
-class ResumeSearchForm(forms.Form):
-    """A stopped search's budget, raised or kept: a budget that stopped it would stop it
-    again at once, so a new limit must be above the old one."""
+class ResumeBudgetForm(forms.Form):
+    """A stopped run's or search's budget (`limits`: its max_calls and max_cost, totals that
+    count what it spent), raised or kept. A limit can only go up, and one already spent must
+    go up: kept, it would stop the job again at once."""
 
     max_calls = forms.IntegerField(
-        required=False, min_value=1, max_value=INT_FIELD_MAX, help_text="Empty keeps it."
+        required=False, min_value=1, max_value=INT_FIELD_MAX, label="Call budget"
     )
-    max_cost = forms.FloatField(required=False, min_value=0, help_text="Empty keeps it.")
+    max_cost = forms.FloatField(
+        required=False, min_value=0, max_value=MAX_BUDGET_DOLLARS, label="Dollar budget"
+    )
 
-    def __init__(self, *args: object, search: SearchRun, **kwargs: object) -> None:
+    def __init__(
+        self,
+        *args: object,
+        limits: GradingRun | SearchRun,
+        spent: Mapping[str, Any],
+        **kwargs: object,
+    ) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.search = search
+        self.limits = limits
+        self.spent = {"max_calls": int(spent.get("calls", 0)), "max_cost": spent.get("cost", 0)}
         for name in ("max_calls", "max_cost"):
-            limit = getattr(search, name)
+            limit = getattr(limits, name)
             self.fields[name].help_text = (
                 "Empty keeps no limit."
                 if limit is None
                 else f"Now {limit:g}; a higher limit, or empty to keep it."
-            )
+            ) + f" Spent so far: {_amount(name, self.spent[name])}."
 
     def clean(self) -> dict[str, object]:
         cleaned = super().clean() or {}
         for name in ("max_calls", "max_cost"):
-            limit, value = getattr(self.search, name), cleaned.get(name)
-            if limit is not None and value is not None and value <= limit:
+            limit, value = getattr(self.limits, name), cleaned.get(name)
+            if limit is None or name in self.errors:
+                continue
+            if value is not None and value <= limit:
                 self.add_error(name, f"Must be above the current limit of {limit:g}.")
+            elif value is None and self.spent[name] >= limit:
+                spent = _amount(name, self.spent[name])
+                self.add_error(
+                    name, f"The limit of {limit:g} is spent ({spent}): give a higher one to resume."
+                )
         return cleaned
+
+
+def _amount(name: str, value: float) -> str:
+    return f"${value:.4f}" if name == "max_cost" else f"{value:g} calls"

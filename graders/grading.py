@@ -17,18 +17,30 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from graders.engine.judge import Budget, BudgetExhausted, JudgeClient, JudgeSettings, Usage
+from graders.engine.judge import (
+    Budget,
+    BudgetExhausted,
+    CallsStopped,
+    ChatRequest,
+    ChatResult,
+    JudgeClient,
+    JudgeSettings,
+    Usage,
+)
 from graders.engine.programs import (
     Criterion,
     DocumentInput,
     GeneratedRubric,
     Grade,
+    Judge,
     Program,
     ResponseInput,
     TaskInput,
+    gather_all,
     grade_group_pairwise,
     grade_rubric,
     grade_scalar,
+    grading_requests,
     program_validate,
     rubric_generate,
 )
@@ -37,7 +49,14 @@ from graders.judge_cache import DatabaseJudgeCache
 from graders.models import Grade as GradeRow
 from graders.models import GradingItem, GradingRun, ItemStatus
 from graders.services import endpoint_settings
-from labeling.jobs import BUDGET_SPENT, JobCancelled, job_finish, job_progress
+from labeling.jobs import (
+    JobCancelled,
+    job_budget_stop,
+    job_cancel_reason,
+    job_cancel_requested,
+    job_finish,
+    job_progress,
+)
 from labeling.models import AuthorKind, Job, JobStatus, Response, Rubric, Task
 from labeling.rubric_items import rubric_items_replace
 
@@ -136,7 +155,7 @@ def _work_load(items: Sequence[GradingItem], program: Program) -> list[TaskWork]
     return work
 
 
-async def _task_grade(program: Program, judge: JudgeClient, work: TaskWork) -> TaskOutcome:
+async def _task_grade(program: Program, judge: Judge, work: TaskWork) -> TaskOutcome:
     generated = None
     rubric = work.rubric
     if program.rubric_steps and rubric is None:
@@ -154,16 +173,12 @@ async def _task_grade(program: Program, judge: JudgeClient, work: TaskWork) -> T
         )
     elif program.kind == "rubric":
         assert rubric is not None
-        grades = list(
-            await asyncio.gather(
-                *(grade_rubric(program, work.task, rubric, r, judge) for r in work.responses)
-            )
+        grades = await gather_all(
+            grade_rubric(program, work.task, rubric, r, judge) for r in work.responses
         )
     else:
-        grades = list(
-            await asyncio.gather(
-                *(grade_scalar(program, work.task, r, judge) for r in work.responses)
-            )
+        grades = await gather_all(
+            grade_scalar(program, work.task, r, judge) for r in work.responses
         )
     return TaskOutcome(work, tuple(grades), generated)
 
@@ -173,6 +188,29 @@ class ChunkResult:
     outcomes: list[TaskOutcome]
     usage: Usage
     budget_spent: bool
+    stopped: bool  # the job was cancelled: no judge call was sent after that
+
+
+class _CountingJudge:
+    """The judge client, counting the requests answered (cache hits included) and calling
+    `counted(count)` after each."""
+
+    def __init__(self, judge: Judge, counted: Callable[[int], None]) -> None:
+        self.judge, self.counted, self.count = judge, counted, 0
+
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        result = await self.judge.complete(request)
+        self.count += 1
+        self.counted(self.count)
+        return result
+
+
+def _requests_expected(program: Program, work: Sequence[TaskWork]) -> int | None:
+    """The judge requests grading `work` makes when no step fails; None when a rubric is still
+    to be written, since its size is not known yet."""
+    if program.rubric_steps and any(w.rubric is None for w in work):
+        return None
+    return sum(grading_requests(program, len(w.responses), len(w.rubric or ())) for w in work)
 
 
 class RunUsageCache(DatabaseJudgeCache):
@@ -221,19 +259,28 @@ async def _chunk_grade(
     cache: RunUsageCache,
     budget: Budget,
     work: list[TaskWork],
+    stop: Callable[[], bool] | None = None,
+    counted: Callable[[int], None] | None = None,
 ) -> ChunkResult:
-    """Grade a chunk of tasks; the tasks finished before a budget stop are kept, and the usage
-    always comes back, so no spend goes unaccounted."""
-    async with JudgeClient(settings, cache=cache, budget=budget) as judge:
-        cache.chunk_start(judge.usage)
+    """Grade a chunk of tasks; the tasks finished before a budget stop or a cancel are kept,
+    and the usage always comes back, so no spend goes unaccounted."""
+    async with JudgeClient(settings, cache=cache, budget=budget, stop=stop) as client:
+        cache.chunk_start(client.usage)
+        judge: Judge = client if counted is None else _CountingJudge(client, counted)
         results = await asyncio.gather(
             *(_task_grade(program, judge, w) for w in work), return_exceptions=True
         )
     outcomes = [r for r in results if isinstance(r, TaskOutcome)]
     errors = [r for r in results if isinstance(r, BaseException)]
-    if any(not isinstance(e, BudgetExhausted) for e in errors):
-        raise next(e for e in errors if not isinstance(e, BudgetExhausted))
-    return ChunkResult(outcomes, judge.usage, budget_spent=bool(errors))
+    stops = (BudgetExhausted, CallsStopped)
+    if any(not isinstance(e, stops) for e in errors):
+        raise next(e for e in errors if not isinstance(e, stops))
+    return ChunkResult(
+        outcomes,
+        client.usage,
+        budget_spent=any(isinstance(e, BudgetExhausted) for e in errors),
+        stopped=any(isinstance(e, CallsStopped) for e in errors),
+    )
 
 
 def _trace_json(grade: Grade) -> list[dict[str, Any]]:
@@ -313,18 +360,49 @@ def run_budget(max_calls: int | None, max_cost: float | None, spent: dict[str, A
     )
 
 
+class StageShown:
+    """A run_grade `checked` callback that shows a pass's progress in its job's stage
+    ("Grading tasks · 7 of 25 checks"): the judge requests answered of those the current batch
+    of tasks needs, cache hits included. Written at most once a second (the job pages poll
+    about as often), and always when a batch starts and when its checks are all answered. The
+    judge calls and spending show beside it from the run's stored usage (RunUsageCache)."""
+
+    INTERVAL_S = 1.0
+
+    def __init__(self, *, job_pk: int, stage: str) -> None:
+        self.job_pk, self.stage = job_pk, stage
+        self.shown = 0.0
+
+    def checked(self, done: int, total: int) -> None:
+        if done != 0 and done < total and time.monotonic() - self.shown < self.INTERVAL_S:
+            return
+        self.shown = time.monotonic()
+        Job.objects.filter(pk=self.job_pk).update(stage=f"{self.stage} · {done} of {total} checks")
+
+
 def run_grade(
-    run: GradingRun, *, budget: Budget, progress: Callable[[int, int], None]
+    run: GradingRun,
+    *,
+    budget: Budget,
+    progress: Callable[[int, int], None],
+    checked: Callable[[int, int], None] | None = None,
+    cancelled: Callable[[], bool] | None = None,
 ) -> tuple[Usage, bool]:
     """Grade every task of the run that can be claimed, chunk by chunk, storing each chunk's
     grades as it lands and its usage as it is spent (RunUsageCache); `progress(done, total)` is
-    called before each chunk and may raise (JobCancelled) to stop. Returns this pass's usage
-    and whether the budget ran out; claims are released on any way out, so nothing stays
-    held."""
+    called before each chunk and may raise (JobCancelled) to stop; `checked(done, total)`, if
+    given, after each judge request answered (cache hits included), with those of the chunk so
+    far and all it needs (when known before it starts). `cancelled()`, if given, is asked
+    before each new judge call: once it says True, no call is sent, the chunk's finished tasks
+    are stored and JobCancelled is raised. Returns this pass's usage and whether the budget ran
+    out; claims are released on any way out, so nothing stays held. Every callback runs on the
+    calling thread (it may use the database)."""
     program = program_validate(run.metagrader.program)
     settings = endpoint_settings(run.endpoint)
     total = GradingItem.objects.filter(run=run).count()
     cache = RunUsageCache(settings.model, run)
+    # The engine's loop runs on a helper thread: callbacks go back to this one through the cache.
+    stop = None if cancelled is None else lambda: bool(cache.call(cancelled))
     usage = Usage()
     items: list[GradingItem] = []
     try:
@@ -333,17 +411,43 @@ def run_grade(
             items = _items_claim(run, chunk_size(settings))
             if not items:
                 return usage, False
+            work = _work_load(items, program)
             chunk = cache.run(
-                _chunk_grade(program, settings, cache, budget, _work_load(items, program))
+                _chunk_grade(
+                    program,
+                    settings,
+                    cache,
+                    budget,
+                    work,
+                    stop,
+                    _checks_counter(cache, checked, program, work),
+                )
             )
             _outcomes_store(run, program, chunk.outcomes)
             cache.chunk_end(chunk.usage)
             for key, value in chunk.usage.as_dict().items():
                 setattr(usage, key, getattr(usage, key) + value)
+            if chunk.stopped:
+                raise JobCancelled
             if chunk.budget_spent:
                 return usage, True
     finally:
         _claims_release(run, items)
+
+
+def _checks_counter(
+    cache: DatabaseJudgeCache,
+    checked: Callable[[int, int], None] | None,
+    program: Program,
+    work: Sequence[TaskWork],
+) -> Callable[[int], None] | None:
+    """A _chunk_grade `counted` callback that reports to `checked` on the calling thread."""
+    expected = _requests_expected(program, work)
+    if checked is None or expected is None:
+        return None
+    if expected:
+        checked(0, expected)
+    return lambda count: cache.call(checked, count, expected)
 
 
 def run_complete(run: GradingRun) -> bool:
@@ -365,20 +469,24 @@ def grading_run_execute(*, run_id: int) -> dict[str, Any]:
     def progress(done: int, total: int) -> None:
         job_progress(job=job, stage="Grading tasks", done=done, total=total)
 
+    shown = StageShown(job_pk=job.pk, stage="Grading tasks")
     try:
         _, budget_spent = run_grade(
             run,
             budget=run_budget(run.max_calls, run.max_cost, run.usage),
             progress=progress,
+            checked=shown.checked,
+            cancelled=lambda: job_cancel_requested(job=job),
         )
     except JobCancelled:
-        job_finish(job=job, status=JobStatus.CANCELLED, error="Cancelled; grades so far are kept.")
+        reason = job_cancel_reason(job=job, default="Cancelled; grades so far are kept.")
+        job_finish(job=job, status=JobStatus.CANCELLED, error=reason)
         return {"run": run_id, "status": "cancelled"}
     except Exception as exc:
         job_finish(job=job, status=JobStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
         raise
     if budget_spent:
-        job_finish(job=job, status=JobStatus.FAILED, error=BUDGET_SPENT)
+        job_budget_stop(job=job, usage=run.usage)
         return {"run": run_id, "status": "budget"}
     if not run_complete(run):
         # Another delivery still holds tasks, or a dead one did until its claims go stale:
@@ -400,12 +508,23 @@ def run_finish(run: GradingRun) -> None:
     job_finish(job=run.job, status=JobStatus.SUCCEEDED, result={"graded_tasks": total})
 
 
-def grading_run_resume(*, run: GradingRun) -> None:
-    """Queue a stopped (cancelled, failed or budget-spent) run again; finished tasks stay."""
+def grading_run_resume(
+    *, run: GradingRun, max_calls: int | None = None, max_cost: float | None = None
+) -> None:
+    """Queue a stopped (cancelled, failed or budget-spent) run again, with a new budget in
+    calls or dollars where one is given (totals for the run, what it spent included); the
+    finished tasks and the cached judge answers stay."""
     from graders.tasks import grading_run_task
 
+    raised = {
+        name: value
+        for name, value in (("max_calls", max_calls), ("max_cost", max_cost))
+        if value is not None
+    }
     with transaction.atomic():
-        Job.objects.filter(pk=run.job_id).update(
+        if raised:
+            GradingRun.objects.filter(pk=run.pk).update(**raised)
+        Job.objects.filter(pk=run.job_id).exclude(status__in=Job.ACTIVE).update(
             status=JobStatus.QUEUED, cancel_requested=False, error="", finished_at=None
         )
         grading_run_task.delay_on_commit(run.pk)

@@ -24,10 +24,10 @@ class DatabaseJudgeCache:
         self._requests: queue.Queue[Any] = queue.Queue()
 
     def get(self, key: str) -> dict[str, Any] | None:
-        return self._ask(self._get, key)
+        return self.call(self._get, key)
 
     def put(self, key: str, value: dict[str, Any]) -> None:
-        self._ask(self._put, key, value)
+        self.call(self._put, key, value)
 
     def run[T](self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run `coroutine` to completion on a helper thread, serving the cache meanwhile."""
@@ -55,7 +55,9 @@ class DatabaseJudgeCache:
         value: T = outcome["value"]
         return value
 
-    def _ask(self, function: Callable[..., Any], *args: Any) -> Any:
+    def call(self, function: Callable[..., Any], *args: Any) -> Any:
+        """`function(*args)` on the calling thread of `run()` (the one that may use the
+        database), from the coroutine's thread; blocks until it returns."""
         future: Future[Any] = Future()
         self._requests.put((function, args, future))
         return future.result()

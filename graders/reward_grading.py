@@ -157,7 +157,7 @@ class RequestJudgeCache(DatabaseJudgeCache):
         found = {key: self._answers[key] for key in keys if key in self._answers}
         missing = [key for key in keys if key not in found]
         if missing:
-            found |= self._ask(self._get_many, missing)
+            found |= self.call(self._get_many, missing)
         return found
 
     def flush(self) -> None:

@@ -33,11 +33,12 @@ from graders.models import (
 from graders.search_proposals import round_propose
 from graders.services import GRADING_JOB, RunInvalid, grading_run_start
 from labeling.jobs import (
-    BUDGET_SPENT,
     BudgetSpent,
     JobCancelled,
     JobHeartbeat,
     LeaseLost,
+    budget_spent_text,
+    job_budget_stop,
     job_create,
     job_progress,
     job_run_leased,
@@ -195,7 +196,10 @@ def search_run_execute(*, search_id: int) -> dict[str, Any]:
         GradingItem.objects.filter(run__search=search, status=ItemStatus.RUNNING).update(
             status=ItemStatus.PENDING, claimed_at=None
         )
-        return _SearchPass(search, job, heartbeat).run()
+        try:
+            return _SearchPass(search, job, heartbeat).run()
+        except BudgetSpent:
+            raise BudgetSpent(budget_spent_text(search_usage(search))) from None
 
     def resend(countdown: float) -> None:
         from graders.tasks import search_run_task
@@ -324,7 +328,7 @@ class _SearchPass:
             Job.objects.filter(pk=run.job_id).update(status=JobStatus.CANCELLED)
             raise
         if spent:
-            Job.objects.filter(pk=run.job_id).update(status=JobStatus.FAILED, error=BUDGET_SPENT)
+            job_budget_stop(job=run.job, usage=run.usage)
             raise BudgetSpent
         if not run_complete(run):  # only this worker grades a search's runs
             raise RuntimeError(f"grading run {run.pk} still has unfinished tasks")

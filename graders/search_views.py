@@ -17,7 +17,7 @@ from django_htmx.http import trigger_client_event
 
 from graders.candidates import candidates_ranked
 from graders.charts import curve_svg, curve_warning
-from graders.forms import ResumeSearchForm, SearchForm
+from graders.forms import ResumeBudgetForm, SearchForm
 from graders.models import Candidate, GradingRun, JudgeEndpoint, Metagrader, SearchRun
 from graders.search import (
     SearchInvalid,
@@ -31,13 +31,12 @@ from graders.search import (
 from graders.services import grader_promote, grader_selected
 from labeling.access import Perm, ProjectAccess, project_access
 from labeling.jobs import job_cancel
-from labeling.models import JobStatus
+from labeling.models import Job
 
 STATUS_FRAGMENT, RESULTS_FRAGMENT = "search-status", "search-results"
 # Sent when the polled status sees the search stop, so the results refresh one last time.
 FINISHED_EVENT = "search-finished"
 SEARCHES_PAGE = 20
-RESUMABLE = (JobStatus.CANCELLED, JobStatus.FAILED)
 WINNER_METRICS = (
     ("tolerant_ranking_accuracy", "Tolerant ranking accuracy"),
     ("ranking_accuracy", "Ranking accuracy"),
@@ -110,10 +109,12 @@ def search_cancel(request: HttpRequest, slug: str, search_id: int) -> HttpRespon
 def search_resume_view(request: HttpRequest, slug: str, search_id: int) -> HttpResponse:
     access = project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
     search = _search_get(access, search_id)
-    if search.job.status not in RESUMABLE:
-        messages.info(request, "Only a cancelled or failed search can be resumed.")
+    if search.job.status not in Job.RESUMABLE:
+        messages.info(
+            request, "Only a stopped search (cancelled, failed or out of budget) can be resumed."
+        )
         return redirect("search", slug=slug, search_id=search.pk)
-    form = ResumeSearchForm(request.POST, search=search)
+    form = ResumeBudgetForm(request.POST, limits=search, spent=search_usage(search))
     if not form.is_valid():
         return _search_render(request, access, search, resume_form=form, status=400)
     search_resume(search=search, **form.cleaned_data)
@@ -218,7 +219,7 @@ def _search_render(
     search: SearchRun,
     *,
     fragment: str | None = None,
-    resume_form: ResumeSearchForm | None = None,
+    resume_form: ResumeBudgetForm | None = None,
     status: int = 200,
 ) -> HttpResponse:
     """The page or one fragment. The status fragment, polled every second, reads only the
@@ -233,8 +234,8 @@ def _search_render(
         "usage": search_usage(search),
         "judge_usage": search_judge_usage(search),
         "elapsed": _elapsed(job.started_at, job.finished_at),
-        "resumable": job.status in RESUMABLE,
-        "resume_form": resume_form or ResumeSearchForm(search=search),
+        "resumable": job.status in Job.RESUMABLE,
+        "resume_form": resume_form or ResumeBudgetForm(limits=search, spent=search_usage(search)),
     }
     if fragment != STATUS_FRAGMENT:
         context |= _results_context(access, search)

@@ -11,7 +11,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from graders.engine.programs import KINDS
 from graders.evaluation import meta_eval_rows
-from graders.forms import RunForm
+from graders.forms import ResumeBudgetForm, RunForm
 from graders.grading import grading_run_resume
 from graders.models import (
     Grade,
@@ -21,8 +21,8 @@ from graders.models import (
 from graders.program_diff import program_diff, program_steps, reward_text
 from graders.selectors import program_lineage
 from graders.services import RunInvalid, grader_selected, grading_run_start
-from labeling.access import Perm, project_access
-from labeling.models import Provider
+from labeling.access import Perm, ProjectAccess, project_access
+from labeling.models import Job, Project, Provider
 
 GRADES_PER_PAGE = 50
 LIST_PAGE = 50  # graders per page
@@ -99,17 +99,33 @@ def program_page(request: HttpRequest, slug: str, grader_id: int) -> HttpRespons
     return render(request, "graders/program.html", context)
 
 
-@require_GET
-@login_required
-def run_page(request: HttpRequest, slug: str, run_id: int) -> HttpResponse:
-    access = project_access(user=request.user, slug=slug, perm=Perm.SEE_SOURCES)
+def _run_get(project: Project, run_id: int) -> GradingRun:
     run = (
         GradingRun.objects.select_related("metagrader", "endpoint", "job")
-        .filter(project=access.project, pk=run_id)
+        .filter(project=project, pk=run_id)
         .first()
     )
     if run is None:
         raise Http404
+    return run
+
+
+@require_GET
+@login_required
+def run_page(request: HttpRequest, slug: str, run_id: int) -> HttpResponse:
+    """The run, its evaluation and grades; with htmx, the part that changes while it runs
+    (polled by the page until the run stops)."""
+    access = project_access(user=request.user, slug=slug, perm=Perm.SEE_SOURCES)
+    return _run_render(request, access, _run_get(access.project, run_id))
+
+
+def _run_render(
+    request: HttpRequest,
+    access: ProjectAccess,
+    run: GradingRun,
+    resume_form: ResumeBudgetForm | None = None,
+    status: int = 200,
+) -> HttpResponse:
     grades = (
         Grade.objects.filter(run=run)
         .select_related("response__task")
@@ -127,8 +143,11 @@ def run_page(request: HttpRequest, slug: str, run_id: int) -> HttpResponse:
         "run": run,
         "page": page,
         "job": run.job,
+        "resumable": run.job.status in Job.RESUMABLE,
+        "resume_form": resume_form or ResumeBudgetForm(limits=run, spent=run.usage),
     }
-    return render(request, "graders/run.html", context)
+    fragment = "#run-live" if request.htmx and status == 200 else ""
+    return render(request, f"graders/run.html{fragment}", context, status=status)
 
 
 @require_GET
@@ -167,13 +186,15 @@ def meta_eval_page(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 @login_required
 def run_resume(request: HttpRequest, slug: str, run_id: int) -> HttpResponse:
+    """Resume a stopped run, with its budget raised or kept (graders.forms.ResumeBudgetForm)."""
     access = project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
-    run = GradingRun.objects.filter(project=access.project, pk=run_id).select_related("job").first()
-    if run is None:
-        raise Http404
-    if run.job.is_active:
-        messages.info(request, "The run is still going.")
-    else:
-        grading_run_resume(run=run)
-        messages.success(request, "Resumed: finished tasks and cached judge answers are kept.")
+    run = _run_get(access.project, run_id)
+    if run.job.status not in Job.RESUMABLE:
+        messages.info(request, "Only a stopped run (cancelled, failed or out of budget) resumes.")
+        return redirect("grading-run", slug=slug, run_id=run.pk)
+    form = ResumeBudgetForm(request.POST, limits=run, spent=run.usage)
+    if not form.is_valid():
+        return _run_render(request, access, run, resume_form=form, status=400)
+    grading_run_resume(run=run, **form.cleaned_data)
+    messages.success(request, "Resumed: finished tasks and cached judge answers are kept.")
     return redirect("grading-run", slug=slug, run_id=run.pk)

@@ -8,7 +8,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, Self
@@ -49,14 +49,26 @@ def job_claim(*, job_id: int, redelivered: bool = False) -> Job | None:
     return Job.objects.get(pk=job_id)
 
 
-BUDGET_SPENT = (
-    "Stopped: the budget is spent. Raise it and resume; finished work and cached judge "
-    "answers are kept."
-)
+def budget_spent_text(usage: Mapping[str, Any]) -> str:
+    """Why a job stopped on its budget, with what it had spent by then (a usage dict: its
+    cost, and its calls when known)."""
+    spent = f"${float(usage.get('cost', 0.0)):.4f}"
+    if "calls" in usage:
+        calls = int(usage["calls"])
+        spent = f"{calls} judge call{'' if calls == 1 else 's'} and {spent}"
+    return (
+        f"The budget is spent: {spent} at the stop. Raise it and resume; finished work and "
+        "cached judge answers are kept."
+    )
 
 
 class BudgetSpent(Exception):
-    """A job's budget in calls or money ran out."""
+    """A job's budget in calls or money ran out; the message, if any, says what was spent."""
+
+
+def job_budget_stop(*, job: Job, usage: Mapping[str, Any]) -> None:
+    """Record a budget stop: its own status (not a failure) and what was spent by then."""
+    job_finish(job=job, status=JobStatus.BUDGET_SPENT, error=budget_spent_text(usage))
 
 
 class LeaseLost(Exception):
@@ -151,8 +163,10 @@ def job_run_leased(
         except JobCancelled:
             job_finish(job=job, status=JobStatus.CANCELLED, error=cancelled)
             return {"status": "cancelled"}
-        except BudgetSpent:
-            job_finish(job=job, status=JobStatus.FAILED, error=BUDGET_SPENT)
+        except BudgetSpent as spent:
+            cost = Job.objects.filter(pk=job.pk).values_list("cost", flat=True).get()
+            error = str(spent) or budget_spent_text({"cost": cost})
+            job_finish(job=job, status=JobStatus.BUDGET_SPENT, error=error)
             return {"status": "budget"}
         except Exception as exc:
             job_finish(job=job, status=JobStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
@@ -206,10 +220,19 @@ def job_finish(
     )
 
 
-def job_cancel(*, job: Job) -> None:
-    """Ask a job to stop. A queued job stops at once; a running one at its next progress report."""
+def job_cancel(*, job: Job, reason: str = "") -> None:
+    """Ask a job to stop. A queued job stops at once; a running one at its next progress report
+    (a grading run: before its next judge call). `reason`, if given, is kept as the job's
+    error, so the job's pages say why it stopped."""
     with transaction.atomic():
-        Job.objects.filter(pk=job.pk, status__in=Job.ACTIVE).update(cancel_requested=True)
+        active = Job.objects.filter(pk=job.pk, status__in=Job.ACTIVE)
+        active.update(cancel_requested=True, **({"error": reason} if reason else {}))
         Job.objects.filter(pk=job.pk, status=JobStatus.QUEUED).update(
             status=JobStatus.CANCELLED, finished_at=timezone.now()
         )
+
+
+def job_cancel_reason(*, job: Job, default: str) -> str:
+    """Why a cancelled job stopped: the reason given to job_cancel, else `default`."""
+    reason = Job.objects.filter(pk=job.pk).values_list("error", flat=True).first()
+    return reason or default

@@ -388,12 +388,17 @@ class JobStatus(models.TextChoices):
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"
     CANCELLED = "cancelled", "Cancelled"
+    # A budget stop is an outcome of its own, not a failure: nothing went wrong, and a resume
+    # with a higher budget goes on from where it stopped.
+    BUDGET_SPENT = "budget_spent", "Stopped: budget spent"
 
 
 class Job(models.Model):
     """Any background job. Workers report progress here and the job page polls it."""
 
     ACTIVE = (JobStatus.QUEUED, JobStatus.RUNNING)
+    # The ways a job stops that a resume can pick up from.
+    RESUMABLE = (JobStatus.CANCELLED, JobStatus.FAILED, JobStatus.BUDGET_SPENT)
 
     project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.CASCADE)
     kind = models.CharField(max_length=50)

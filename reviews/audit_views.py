@@ -19,7 +19,7 @@ from graders.engine.audit import GROUNDINGS, SPECIFICITIES
 from graders.models import JudgeEndpoint
 from labeling.access import Perm, ProjectAccess, project_access
 from labeling.jobs import job_cancel
-from labeling.models import INT_FIELD_MAX, AuthorKind, JobStatus, Split
+from labeling.models import INT_FIELD_MAX, AuthorKind, Job, Split
 from reviews.audit import (
     AuditInvalid,
     audit_domains,
@@ -34,7 +34,6 @@ FLAGGED_PER_PAGE = 25
 STATUS_FRAGMENT, REPORT_FRAGMENT, FLAGGED_FRAGMENT = "audit-status", "audit-report", "audit-flagged"
 # Sent when the polled status sees the audit stop, so the report refreshes one last time.
 FINISHED_EVENT = "audit-finished"
-RESUMABLE = (JobStatus.CANCELLED, JobStatus.FAILED)
 # Task ids may hold spaces (they are the importer's strings), so only lines and commas split.
 TASK_ID_SEPARATORS = re.compile(r"[\r\n,]+")
 
@@ -138,7 +137,7 @@ def audit_page(request: HttpRequest, slug: str, audit_id: int) -> HttpResponse:
         "project": access.project,
         "run": run,
         "job": run.job,
-        "resumable": run.job.status in RESUMABLE,
+        "resumable": run.job.status in Job.RESUMABLE,
     }
     # The report's bootstrap takes a while on big audits: the status, polled every second,
     # and the flagged list, paged and filtered on its own, are rendered without it.
@@ -170,7 +169,7 @@ def audit_cancel(request: HttpRequest, slug: str, audit_id: int) -> HttpResponse
 def audit_resume_view(request: HttpRequest, slug: str, audit_id: int) -> HttpResponse:
     access = project_access(user=request.user, slug=slug, perm=Perm.REVIEW)
     run = _audit_get(access, audit_id)
-    if run.job.status in RESUMABLE:
+    if run.job.status in Job.RESUMABLE:
         audit_resume(run=run)
         messages.success(request, "Resumed: verdicts so far and cached judge answers are kept.")
     return redirect("audit", slug=slug, audit_id=run.pk)

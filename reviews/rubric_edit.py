@@ -55,6 +55,9 @@ class RubricChange:
     changed: bool
     key: str | None  # the criterion the change was about, for the re-check and the page focus
     grades: GradesMoved  # experts' criterion grades set aside or brought back by the change
+    # What grading reads changed: a criterion's id, text or weight. A reorder alone changes
+    # no prompt (graders.engine.programs.rubric_render) and no reward, so it needs no re-check.
+    regrade: bool
 
 
 def criterion_problems(text: str, weight: float | None) -> dict[str, str]:
@@ -144,6 +147,11 @@ def _position(items: Items, key: str) -> int:
     raise CriterionInvalid({"": "This criterion is no longer in the rubric."})
 
 
+def _graded(items: Items) -> list[tuple[str, str, float]]:
+    """What grading reads of a rubric's items, whatever their order."""
+    return sorted((item["id"], item["text"], float(item["weight"])) for item in items)
+
+
 class _Unchanged(Exception):
     pass
 
@@ -167,9 +175,10 @@ def _rubric_change(
                 if after == before:
                     raise _Unchanged  # rolls the version bump back
                 moved = rubric_items_replace(rubric=current, items=after, editor=editor)
-                return RubricChange(current, True, key, moved)
+                return RubricChange(current, True, key, moved, _graded(after) != _graded(before))
     except _Unchanged:
-        return RubricChange(Rubric.objects.get(pk=rubric.pk), False, key, GradesMoved(0, 0))
+        unchanged = Rubric.objects.get(pk=rubric.pk)
+        return RubricChange(unchanged, False, key, GradesMoved(0, 0), regrade=False)
     now = Rubric.objects.get(pk=rubric.pk)
     item = next((i for i in rubric_items_snapshot(now) if i["id"] == key), None)
     raise RubricConflict(now, item)

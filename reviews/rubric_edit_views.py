@@ -104,7 +104,7 @@ def _after_change(
     request: HttpRequest, access: ProjectAccess, change: RubricChange, grader: Metagrader
 ) -> HttpResponse:
     notices = _grades_notices(change.grades)
-    if change.changed:
+    if change.regrade:
         try:
             recheck_start(rubric=change.rubric, key=change.key, user=request.user)
         except (RubricSetupMissing, RunInvalid) as exc:

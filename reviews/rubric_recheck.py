@@ -19,7 +19,7 @@ from graders.evaluation import reference_pairs
 from graders.models import Grade, GradingItem, GradingRun, ItemStatus, Metagrader
 from graders.services import grading_run_start
 from labeling.jobs import job_cancel
-from labeling.models import Job, JobStatus, Response, Rubric, ScoreProvider
+from labeling.models import Job, Response, Rubric, ScoreProvider
 from reviews.rubric_grader import rubric_judge, rubric_writer
 
 REFERENCE_NAMES = {
@@ -74,12 +74,7 @@ def recheck_start(*, rubric: Rubric, key: str | None, user: Any) -> GradingRun:
     with transaction.atomic():
         # One re-check start at a time per rubric, so each sees the one before it.
         Rubric.objects.select_for_update().filter(pk=rubric.pk).first()
-        # An earlier re-check of this rubric still waiting for a worker is out of date: drop
-        # it, so quick edits do not queue a pile of runs. One already running is left to
-        # finish: its task is one chunk, which a cancel would only interrupt at its end, and
-        # the answers it gets land in the judge cache, where this run finds them.
-        for stale in Job.objects.filter(params__recheck__rubric=rubric.pk, status=JobStatus.QUEUED):
-            job_cancel(job=stale)
+        stale = list(Job.objects.filter(params__recheck__rubric=rubric.pk, status__in=Job.ACTIVE))
         run = grading_run_start(
             project=task.project,
             metagrader=grader,
@@ -89,6 +84,11 @@ def recheck_start(*, rubric: Rubric, key: str | None, user: Any) -> GradingRun:
         )
         recheck = {"rubric": rubric.pk, "version": rubric.version, "item": key or ""}
         Job.objects.filter(pk=run.job_id).update(params={**run.job.params, "recheck": recheck})
+        # Earlier re-checks of this rubric check an older version: a waiting one is dropped,
+        # a running one stops before its next judge call (the answers it already has are in
+        # the judge cache, where this run finds them, and it stores no grade for the task).
+        for job in stale:
+            job_cancel(job=job, reason=f"Superseded by run #{run.pk}, after a newer change.")
     return run
 
 

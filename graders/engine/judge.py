@@ -51,6 +51,10 @@ class BudgetExhausted(Exception):
     """The job's call or cost budget is spent; no new request was sent."""
 
 
+class CallsStopped(Exception):
+    """The client's `stop` check said to stop (its job was cancelled); no new request was sent."""
+
+
 class MissingApiKey(RuntimeError):
     """The environment variable that should hold the judge's API key is not set."""
 
@@ -244,7 +248,9 @@ class JudgeClient:
     stays the caller's, open after the client closes, so several clients may share one.
     `backoff_base_s` and `backoff_cap_s` shape the retry waits: exponential with full jitter.
     A Retry-After header replaces the jittered wait, up to the cap, so a misbehaving server
-    cannot park a job for an hour.
+    cannot park a job for an hour. `stop`, if given, is asked before each new request is sent
+    (never for a cache hit); when it answers True the call raises CallsStopped, so a cancelled
+    job stops calling the judge at once while the calls already in flight finish and are cached.
     """
 
     def __init__(
@@ -256,11 +262,13 @@ class JudgeClient:
         *,
         backoff_base_s: float = 0.5,
         backoff_cap_s: float = 30.0,
+        stop: Callable[[], bool] | None = None,
     ) -> None:
         self.settings = settings
         self.usage = Usage()
         self._cache = cache
         self._budget = budget
+        self._stop = stop
         self._backoff_base_s = backoff_base_s
         self._backoff_cap_s = backoff_cap_s
         self._semaphore = asyncio.Semaphore(settings.max_concurrency)
@@ -391,6 +399,8 @@ class JudgeClient:
 
     async def _call(self, request: ChatRequest, key: str, cache: JudgeCache | None) -> ChatResult:
         async with self._semaphore:
+            if self._stop is not None and self._stop():
+                raise CallsStopped(f"stopped before {request.name}")
             if self._budget is not None:
                 self._budget.claim()
             started = time.perf_counter()

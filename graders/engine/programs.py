@@ -903,7 +903,7 @@ async def grade_rubric(
     shared = await _steps_run(once, inputs, judge)
     if shared.error is not None:
         return Grade(response.id, None, shared.error, shared.trace)
-    runs = await _gather(
+    runs = await gather_all(
         _steps_run(
             per_criterion, {**shared.values, "criterion": c.text}, judge, f"criterion {c.id}"
         )
@@ -949,7 +949,7 @@ async def grade_group_pairwise(
         inputs["rubric"] = rubric_render(rubric)
     texts = {response.id: response_render(response) for response in responses}
     pairs = [(a.id, b.id) for a in responses for b in responses if a.id != b.id]
-    runs = await _gather(
+    runs = await gather_all(
         _steps_run(
             program.grading_steps,
             {**inputs, "response_a": texts[a], "response_b": texts[b]},
@@ -963,6 +963,20 @@ async def grade_group_pairwise(
         for (a, b), run in zip(pairs, runs, strict=True)
     ]
     return [_win_rate_grade(response.id, comparisons) for response in responses]
+
+
+def grading_requests(program: Program, responses: int, criteria: int) -> int:
+    """The judge requests (cache hits included) that grading one task's `responses` against a
+    stored rubric of `criteria` criteria makes when no step fails: what progress counts to."""
+    steps = program.grading_steps
+    if program.kind in RUBRIC_KINDS and not criteria:
+        return 0
+    if program.kind == "scalar":
+        return responses * len(steps)
+    if program.kind == "rubric":
+        per_criterion = len(_criterion_steps(steps))
+        return responses * (len(steps) - per_criterion + criteria * per_criterion)
+    return responses * (responses - 1) * len(steps)  # every ordered pair
 
 
 def _kind_require(program: Program, kinds: Sequence[Kind]) -> None:
@@ -1073,11 +1087,12 @@ def _trace_entry(
     )
 
 
-async def _gather[T](coroutines: Iterable[Awaitable[T]]) -> list[T]:
+async def gather_all[T](coroutines: Iterable[Awaitable[T]]) -> list[T]:
     """Await concurrently, so the judge client's semaphore can keep many calls in flight.
 
-    If one raises (BudgetExhausted), the others still finish, so answers already paid for reach
-    the client's cache and a resumed job does not pay twice; then the first exception is raised.
+    If one raises (BudgetExhausted, CallsStopped), the others still finish, so answers already
+    paid for reach the client's cache and a resumed job does not pay twice; then the first
+    exception is raised.
     """
     outcomes = await asyncio.gather(*coroutines, return_exceptions=True)
     results: list[T] = []
@@ -1168,11 +1183,21 @@ def _turn_render(number: int, message: Mapping[str, Any]) -> str:
 
 
 def rubric_render(criteria: Sequence[Criterion]) -> str:
-    """A rubric as a numbered list with weights."""
+    """A rubric as a numbered list with weights, in the order of the criteria's ids (c1, c2,
+    ..., c10: the order they were written in), not the order a reviewer arranged them in: a
+    reorder changes no grade, so it must change no prompt and no cache key either."""
     return "\n".join(
         f"{number}. {criterion.text} (weight {_number_text(criterion.weight)})"
-        for number, criterion in enumerate(criteria, 1)
+        for number, criterion in enumerate(sorted(criteria, key=_criterion_order), 1)
     )
+
+
+def _criterion_order(criterion: Criterion) -> list[str | int]:
+    """A sort key for criterion ids in their natural order: c2 before c10."""
+    return [int(part) if part.isdigit() else part for part in _DIGIT_RUNS.split(criterion.id)]
+
+
+_DIGIT_RUNS = re.compile(r"(\d+)")
 
 
 def _json_number(value: float) -> int | float:

@@ -202,7 +202,7 @@ def test_a_spent_budget_stops_the_search_and_resume_finishes_it_without_repeatin
     )
     assert search_run_execute(search_id=search.pk)["status"] == "budget"
     search = finished(search)
-    assert search.job.status == JobStatus.FAILED and "budget" in search.job.error
+    assert search.job.status == JobStatus.BUDGET_SPENT and "budget" in search.job.error
     assert fake_judge.call_count <= 12
     bodies = [json.dumps(r.body, sort_keys=True) for r in fake_judge.requests]
     search_resume(search=search, max_calls=10_000)

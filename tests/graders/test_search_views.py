@@ -478,7 +478,7 @@ def test_cancel_and_resume_with_a_higher_budget(
     search.job.refresh_from_db()
     assert search.max_calls == 300 and search.job.status == JobStatus.QUEUED
     again = admin.post(url("search-resume", search.pk), {}, follow=True).content.decode()
-    assert "Only a cancelled or failed search can be resumed." in again
+    assert "Only a stopped search (cancelled, failed or out of budget) can be resumed." in again
 
 
 def test_program_page_reads_like_a_program_with_its_diff_and_lineage(

@@ -294,7 +294,7 @@ def test_budget_stops_cleanly_and_resume_finishes(
 
     assert audit_run_execute(run_id=run.pk)["status"] == "budget"
     run.refresh_from_db()
-    assert run.job.status == "failed" and "budget is spent" in run.job.error
+    assert run.job.status == "budget_spent" and "budget is spent" in run.job.error
     assert fake_judge.call_count == run.usage["calls"] == 6
     assert 0 < AuditVerdict.objects.filter(run=run).count() < 22
     AuditRun.objects.filter(pk=run.pk).update(max_calls=None)

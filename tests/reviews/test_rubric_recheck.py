@@ -10,7 +10,7 @@ from django.test import Client
 from django.urls import reverse
 
 from graders.grading import grading_run_execute
-from graders.models import GradingRun, JudgeEndpoint, Metagrader
+from graders.models import Grade, GradingRun, JudgeEndpoint, Metagrader
 from labeling.models import Annotator, Job, JobStatus, Preference, Response, Rubric, Score
 from reviews.rubric_recheck import recheck_start, recheck_view, task_ranking_accuracy
 from tests.fakes.openai_server import FakeJudgeServer
@@ -80,7 +80,7 @@ def test_an_edit_rechecks_only_the_edited_criterion_and_shows_before_and_after(
     assert 'id="recheck-spinner" hx-swap-oob="delete"' in status
 
 
-def test_a_newer_edit_drops_the_re_check_still_waiting_for_the_older_one(
+def test_a_newer_edit_supersedes_the_re_checks_waiting_or_running_for_older_ones(
     generated: Rubric,
     rubric_grader_selected: Metagrader,
     review_judge: JudgeEndpoint,
@@ -97,17 +97,20 @@ def test_a_newer_edit_drops_the_re_check_still_waiting_for_the_older_one(
 
     jobs = {run.pk: Job.objects.get(pk=run.job_id) for run in (older, running, unrelated, newest)}
     assert jobs[older.pk].status == JobStatus.CANCELLED  # waiting: dropped
-    # Running: left to finish, its answers going to the cache the newest run reads.
-    assert jobs[running.pk].status == JobStatus.RUNNING and not jobs[running.pk].cancel_requested
+    # Running: asked to stop, which it does before its next judge call.
+    assert jobs[running.pk].status == JobStatus.RUNNING and jobs[running.pk].cancel_requested
     assert jobs[unrelated.pk].status == JobStatus.QUEUED
     assert jobs[newest.pk].status == JobStatus.QUEUED
     calls = fake_judge.call_count
     grading_run_execute(run_id=older.pk)
-    assert fake_judge.call_count == calls  # the dropped one asks the judge nothing
     grading_run_execute(run_id=running.pk)
-    asked = fake_judge.call_count - calls
+    assert fake_judge.call_count == calls  # the superseded ones ask the judge nothing
+    stopped = Job.objects.get(pk=running.job_id)
+    assert stopped.status == JobStatus.CANCELLED
+    assert stopped.error == f"Superseded by run #{newest.pk}, after a newer change."
+    assert not Grade.objects.filter(run=running)
     grading_run_execute(run_id=newest.pk)
-    assert asked > 0 and fake_judge.call_count == calls + asked  # the newest: all from the cache
+    assert fake_judge.call_count == calls + 6  # 3 responses x 2 criteria, once
 
 
 def test_accuracy_against_expert_preferences_when_no_scores(generated: Rubric) -> None:

@@ -1,23 +1,32 @@
 """``manage.py grade --project SLUG --grader ID [--split S | --task ID ...] [--endpoint NAME]
-[--max-calls N] [--max-cost USD] [--wait]``."""
+[--max-calls N] [--max-cost USD] [--wait]``, or ``manage.py grade --project SLUG --resume RUN
+[--max-calls N] [--max-cost USD] [--wait]`` to go on with a stopped run, with its budget
+raised (totals for the run, what it spent included) or kept."""
 
 import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from graders.models import JudgeEndpoint
+from graders.forms import ResumeBudgetForm
+from graders.grading import grading_run_resume
+from graders.models import GradingRun, JudgeEndpoint
 from graders.services import RunInvalid, grading_run_start
 from labeling.cli import project_or_error
-from labeling.models import Job
+from labeling.models import Job, Project
 
 
 class Command(BaseCommand):
-    help = "Grade a split (or tasks) with a grader as a background job; --wait follows it."
+    help = (
+        "Grade a split (or tasks) with a grader as a background job, or resume a stopped run "
+        "(--resume); --wait follows it."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--project", required=True, metavar="SLUG")
-        parser.add_argument("--grader", required=True, type=int, metavar="ID")
+        start = parser.add_mutually_exclusive_group(required=True)
+        start.add_argument("--grader", type=int, metavar="ID")
+        start.add_argument("--resume", type=int, metavar="RUN", help="a stopped run's id")
         parser.add_argument("--split", default="")
         parser.add_argument("--task", nargs="*", default=[], metavar="ID")
         parser.add_argument("--endpoint", metavar="NAME", help="default: the project's default")
@@ -27,30 +36,12 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         project = project_or_error(options["project"])
-        grader = project.metagraders.filter(pk=options["grader"]).first()
-        if grader is None:
-            raise CommandError(f"grader {options['grader']} is not in project {project.slug!r}")
-        endpoints = JudgeEndpoint.objects.filter(project=project)
-        endpoint = (
-            endpoints.filter(name=options["endpoint"]).first()
-            if options["endpoint"]
-            else endpoints.filter(is_default=True).first()
-        )
-        if endpoint is None:
-            raise CommandError("no such judge endpoint (and no default one) in this project")
-        try:
-            run = grading_run_start(
-                project=project,
-                metagrader=grader,
-                endpoint=endpoint,
-                split=options["split"],
-                task_ids=options["task"] or None,
-                max_calls=options["max_calls"],
-                max_cost=options["max_cost"],
-            )
-        except RunInvalid as exc:
-            raise CommandError(str(exc)) from None
-        self.stdout.write(f"Grading run {run.pk} queued as job {run.job_id}.")
+        if options["resume"] is not None:
+            run = self._resume(project, options)
+            self.stdout.write(f"Grading run {run.pk} resumed as job {run.job_id}.")
+        else:
+            run = self._start(project, options)
+            self.stdout.write(f"Grading run {run.pk} queued as job {run.job_id}.")
         if not options["wait"]:
             return
         shown = ""
@@ -64,4 +55,61 @@ class Command(BaseCommand):
                 break
             time.sleep(1)
         if job.status != "succeeded":
-            raise CommandError(f"run {run.pk} {job.status}: {job.error}")
+            raise CommandError(f"run {run.pk}: {job.get_status_display()}. {job.error}")
+
+    def _start(self, project: Project, options: dict[str, Any]) -> GradingRun:
+        grader = project.metagraders.filter(pk=options["grader"]).first()
+        if grader is None:
+            raise CommandError(f"grader {options['grader']} is not in project {project.slug!r}")
+        endpoints = JudgeEndpoint.objects.filter(project=project)
+        endpoint = (
+            endpoints.filter(name=options["endpoint"]).first()
+            if options["endpoint"]
+            else endpoints.filter(is_default=True).first()
+        )
+        if endpoint is None:
+            raise CommandError("no such judge endpoint (and no default one) in this project")
+        try:
+            return grading_run_start(
+                project=project,
+                metagrader=grader,
+                endpoint=endpoint,
+                split=options["split"],
+                task_ids=options["task"] or None,
+                max_calls=options["max_calls"],
+                max_cost=options["max_cost"],
+            )
+        except RunInvalid as exc:
+            raise CommandError(str(exc)) from None
+
+    def _resume(self, project: Project, options: dict[str, Any]) -> GradingRun:
+        run = (
+            GradingRun.objects.select_related("job")
+            .filter(project=project, pk=options["resume"])
+            .first()
+        )
+        if run is None:
+            raise CommandError(f"run {options['resume']} is not in project {project.slug!r}")
+        if options["split"] or options["task"] or options["endpoint"]:
+            raise CommandError(
+                "--resume goes on with the run's own tasks and judge: leave out --split, --task "
+                "and --endpoint"
+            )
+        if run.job.status not in Job.RESUMABLE:
+            raise CommandError(
+                f"run {run.pk} is {run.job.get_status_display().lower()}: only a stopped run "
+                "(cancelled, failed or out of budget) resumes"
+            )
+        budget = {
+            name: options[name] for name in ("max_calls", "max_cost") if options[name] is not None
+        }
+        form = ResumeBudgetForm(budget, limits=run, spent=run.usage)
+        if not form.is_valid():
+            raise CommandError(
+                "; ".join(
+                    f"--{field.replace('_', '-')}: {' '.join(errors)}"
+                    for field, errors in form.errors.items()
+                )
+            )
+        grading_run_resume(run=run, **form.cleaned_data)
+        return run

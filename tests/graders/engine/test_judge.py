@@ -18,6 +18,7 @@ import pytest
 from graders.engine.judge import (
     Budget,
     BudgetExhausted,
+    CallsStopped,
     ChatRequest,
     ChatResult,
     JsonlFileCache,
@@ -371,6 +372,24 @@ def test_budget_stops_new_calls_and_still_serves_cache_hits(fake_judge: FakeJudg
     assert len(cache) == 3  # the calls that started finished and were kept
     results, _ = run(settings, [grade("r0"), grade("r1"), grade("r2")], cache=cache, budget=budget)
     assert all(result.cached for result in results) and fake_judge.call_count == 3
+
+
+def test_a_stop_check_ends_new_calls_at_once_and_still_serves_cache_hits(
+    fake_judge: FakeJudgeServer,
+) -> None:
+    """A cancelled job's client stops before its next request: `stop` is asked before each new
+    call is sent (here it says stop once two answers are in), never for a cache hit."""
+    cache = MemoryCache()
+    settings = settings_for(fake_judge.base_url, max_concurrency=1)
+    run(settings, [grade("r0")], cache=cache)
+
+    async def complete() -> list[ChatResult]:
+        async with JudgeClient(settings, cache, stop=lambda: fake_judge.call_count >= 2) as client:
+            return await client.complete_many([grade(f"r{index}") for index in range(5)])
+
+    with pytest.raises(CallsStopped, match="stopped before test-grade"):
+        asyncio.run(complete())
+    assert fake_judge.call_count == 2 and len(cache) == 2  # r0 from the cache, r1 asked
 
 
 def test_cost_budget_stops_once_spent() -> None:
