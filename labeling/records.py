@@ -21,6 +21,8 @@ from pydantic import (
     model_validator,
 )
 
+from labeling.json_input import JsonTooDeep, json_text_depth_check
+
 MAX_LINE_BYTES = 16 * 1024 * 1024
 MAX_ID = 200
 MAX_PROMPT = 200_000
@@ -322,6 +324,10 @@ def record_parse(line: bytes) -> AnyRecord:
         raise RecordInvalid(
             [("(line)", "contains a NUL character (\\u0000), which cannot be stored")]
         )
+    try:
+        json_text_depth_check(text)
+    except JsonTooDeep as exc:
+        raise RecordInvalid([("(line)", str(exc))]) from None
     try:
         return _adapter.validate_json(text)
     except ValidationError as exc:
