@@ -33,7 +33,27 @@ MAX_MESSAGES = 2_000
 MAX_RUBRIC_ITEMS = 200
 MAX_CRITERION_TEXT = 5_000
 
-Id = Annotated[str, Field(min_length=1, max_length=MAX_ID)]
+DOT_SEGMENTS = frozenset({".", ".."})
+
+
+def _id_linkable(value: str) -> str:
+    """Ids go into links as they are, slashes included (a task's page is /p/<project>/tasks/
+    <id>/), and a browser resolves a "." or ".." segment before it asks, so "a/../../admin"
+    would lead to another page. reverse() percent-encodes "%" and the backslash (as %25 and
+    %5C), which a browser leaves as they are, so ids such as "%2e%2e" or "..%5c.." holding
+    them stay inside the task's link and need no refusal. A line break matches no URL pattern
+    (a page listing the id could not link to it)."""
+    if "\n" in value or "\r" in value:
+        raise ValueError("a line break is not allowed in an id")
+    if DOT_SEGMENTS.intersection(value.split("/")):
+        raise ValueError(
+            'a "." or ".." between slashes is not allowed in an id: a link to it would lead '
+            "to another page"
+        )
+    return value
+
+
+Id = Annotated[str, Field(min_length=1, max_length=MAX_ID), AfterValidator(_id_linkable)]
 Name = Annotated[str, Field(min_length=1, max_length=200)]
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 SplitName = Literal["unassigned", "meta", "selection", "train", "eval"]
