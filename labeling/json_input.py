@@ -30,21 +30,8 @@ def json_parse(data: str | bytes, **options: Any) -> Any:
     except RecursionError:
         raise JsonTooDeep from None
     if _openings(data) > MAX_JSON_DEPTH:
-        _depth_check(value)
+        json_depth_check(value)
     return value
-
-
-def json_text_depth_check(text: str) -> None:
-    """Raise JsonTooDeep if `text` parses to JSON nested deeper than MAX_JSON_DEPTH, for callers
-    that parse it with another parser. Text that is not JSON passes: that parser reports it."""
-    if _openings(text) <= MAX_JSON_DEPTH:
-        return
-    try:
-        json_parse(text)
-    except JsonTooDeep:
-        raise
-    except ValueError:
-        return
 
 
 def _openings(data: str | bytes) -> int:
@@ -53,8 +40,9 @@ def _openings(data: str | bytes) -> int:
     return data.count("[") + data.count("{")
 
 
-def _depth_check(value: Any) -> None:
-    """Walk parsed JSON level by level, without recursion ("[]" is one level)."""
+def json_depth_check(value: Any) -> None:
+    """Raise JsonTooDeep if `value`, parsed JSON, nests deeper than MAX_JSON_DEPTH ("[]" is one
+    level). Walks level by level, without recursion."""
     level = [value] if type(value) in _CONTAINERS else []
     depth = 0
     while level:

@@ -21,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from labeling.json_input import JsonTooDeep, json_text_depth_check
+from labeling.json_input import JsonTooDeep, json_depth_check
 
 MAX_LINE_BYTES = 16 * 1024 * 1024
 MAX_ID = 200
@@ -60,9 +60,15 @@ SplitName = Literal["unassigned", "meta", "selection", "train", "eval"]
 AuthorKindName = Literal["expert", "generated", "reviewed"]
 
 
-def _json_finite(value: Any) -> Any:
+def _json_plain(value: Any) -> Any:
     """Free JSON (metadata, tool arguments) may hold anything JSON can, except numbers the
-    database's JSON cannot store: NaN and infinities."""
+    database's JSON cannot store (NaN and infinities) and nesting deeper than MAX_JSON_DEPTH:
+    the only fields where the schema lets a line nest freely."""
+    json_depth_check(value)
+    return _json_finite(value)
+
+
+def _json_finite(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError("NaN and infinite numbers are not allowed in JSON")
     if isinstance(value, dict):
@@ -74,7 +80,7 @@ def _json_finite(value: Any) -> Any:
     return value
 
 
-FreeJson = Annotated[dict[str, Any], AfterValidator(_json_finite)]
+FreeJson = Annotated[dict[str, Any], AfterValidator(_json_plain)]
 
 
 class Record(BaseModel):
@@ -137,7 +143,7 @@ class ToolCall(BaseModel):
     @field_validator("arguments")
     @classmethod
     def arguments_finite(cls, value: dict[str, Any] | str) -> dict[str, Any] | str:
-        return _json_finite(value)
+        return _json_plain(value)
 
 
 class Message(BaseModel):
@@ -318,7 +324,9 @@ def _field_name(location: tuple[int | str, ...], record_type: str | None) -> str
 def _message(error: Any) -> str:
     kind = error["type"]
     if kind == "json_invalid":
-        return f"malformed JSON ({error['ctx'].get('error', 'invalid')})"
+        problem = error["ctx"].get("error", "invalid")
+        # pydantic's parser has a limit of its own (201 levels), above MAX_JSON_DEPTH.
+        return str(JsonTooDeep()) if "recursion limit" in problem else f"malformed JSON ({problem})"
     if kind == "union_tag_invalid":
         return f"unknown type {error['ctx']['tag']!r}; expected one of {', '.join(RECORD_TYPES)}"
     if kind == "union_tag_not_found":
@@ -344,10 +352,6 @@ def record_parse(line: bytes) -> AnyRecord:
         raise RecordInvalid(
             [("(line)", "contains a NUL character (\\u0000), which cannot be stored")]
         )
-    try:
-        json_text_depth_check(text)
-    except JsonTooDeep as exc:
-        raise RecordInvalid([("(line)", str(exc))]) from None
     try:
         return _adapter.validate_json(text)
     except ValidationError as exc:

@@ -18,7 +18,7 @@ invisible characters (format characters such as zero-width spaces and joiners, b
 controls and tag characters, and the other default-ignorable ones such as variation selectors),
 which a tokenizer reads and a person reviewing a prompt does not see, so "<\u200b<<" is a run of
 three; every character that NFKC folds into "<" (the full-width and small forms) counts as one;
-and the nonce must be absent from each text's NFKC form, case folded, so that a full-width,
+and the nonce must be absent from each text's NFKC form in lower case, so that a full-width,
 mathematical or upper-case copy of it does not occur either. Visible text is otherwise kept as
 written (NFKC would also turn "x²" into "x2", which changes what a response says).
 
@@ -44,8 +44,8 @@ ANGLE_RUN = re.compile("[<\ufe64\uff1c]{3,}")
 # Unicode 15's format characters (category Cf) and other default-ignorable code points (the
 # combining grapheme joiner, Hangul fillers, Khmer inherent vowels, Mongolian and other variation
 # selectors, the unassigned U+FFF0..U+FFF8, the whole tag and variation-selector plane block).
-# Split at U+FFFF because the astral ranges slow the scan of every character about fivefold, and
-# a text without astral characters (nearly every text) is then scanned once, by ASTRAL, for them.
+# Split at U+FFFF because the astral ranges slow the scan of every character about fivefold; a
+# text without astral characters (nearly every text) meets only ASTRAL's single range for them.
 INVISIBLE_BMP = re.compile(
     "[\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u115f\u1160\u17b4"
     "\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff"

@@ -74,9 +74,13 @@ def test_the_bound_counts_levels_not_brackets_in_strings() -> None:
 # Imports --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("depth", [DEEP, 300, MAX_JSON_DEPTH + 1])
+@pytest.mark.parametrize(
+    ("depth", "field"),
+    # Over pydantic's own limit (201 levels) the line is refused whole; under it, by field.
+    [(DEEP, "(record)"), (300, "(record)"), (150, "metadata"), (MAX_JSON_DEPTH, "metadata")],
+)
 def test_a_deep_import_line_is_a_line_error_and_nothing_is_written(
-    project: Project, tmp_path: Path, depth: int
+    project: Project, tmp_path: Path, depth: int, field: str
 ) -> None:
     path = tmp_path / "deep.jsonl"
     path.write_bytes(deep_import_file(tmp_path, depth))
@@ -84,10 +88,21 @@ def test_a_deep_import_line_is_a_line_error_and_nothing_is_written(
     with pytest.raises(ImportRejected) as rejected:
         jsonl_import(project=project, path=path)
 
-    assert [(e.line, e.field, e.message) for e in rejected.value.errors] == [
-        (3, "(line)", TOO_DEEP)
-    ]
+    assert [(e.line, e.field, e.message) for e in rejected.value.errors] == [(3, field, TOO_DEEP)]
     assert_nothing_written()
+
+
+def test_deep_tool_arguments_are_a_field_error(project: Project, tmp_path: Path) -> None:
+    call = '{"name": "f", "arguments": {"a": ' + nested(MAX_JSON_DEPTH) + "}}"
+    line = '{"type": "response", "id": "r", "task": "t", "messages": [{"role": "assistant", '
+    path = tmp_path / "deep.jsonl"
+    path.write_text(line + '"tool_calls": [' + call + "]}]}\n")
+
+    with pytest.raises(ImportRejected) as rejected:
+        jsonl_import(project=project, path=path)
+
+    field = "messages.0.tool_calls.0.arguments"
+    assert [(e.line, e.field, e.message) for e in rejected.value.errors] == [(1, field, TOO_DEEP)]
 
 
 def test_the_import_page_shows_the_line_error(
@@ -110,7 +125,7 @@ def test_the_import_api_answers_400_with_the_line_error(
     answer = admin.post(reverse("api-import", args=["acme"]), {"file": upload})
 
     assert answer.status_code == 400
-    assert answer.json()["errors"] == [{"line": 3, "field": "(line)", "message": TOO_DEEP}]
+    assert answer.json()["errors"] == [{"line": 3, "field": "(record)", "message": TOO_DEEP}]
     assert_nothing_written()
 
 
@@ -121,7 +136,7 @@ def test_the_import_command_reports_the_line(project: Project, tmp_path: Path, c
     with pytest.raises(CommandError, match="nothing was imported"):
         call_command("import_jsonl", str(path), project="acme")
 
-    assert f"{path}:line 3, (line): {TOO_DEEP}" in capsys.readouterr().err
+    assert f"{path}:line 3, (record): {TOO_DEEP}" in capsys.readouterr().err
     assert_nothing_written()
 
 
