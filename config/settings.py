@@ -210,6 +210,12 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    # JSON bodies nested deeper than labeling.json_input.MAX_JSON_DEPTH are a 400, not a 500.
+    "DEFAULT_PARSER_CLASSES": [
+        "labeling.api_parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
 }
 
 # Celery. The default broker keeps messages in files under var/, so the embedded setup needs no

@@ -20,6 +20,7 @@ from graders.bundles import BundleInvalid, bundle_export, bundle_import
 from graders.models import Metagrader, TokenScope
 from graders.tokens import ApiTokenAuthentication, TokenRateThrottle, scope_required
 from labeling.access import Perm, project_access
+from labeling.json_input import JsonTooDeep, json_parse
 
 # A bundle carries every task's documents; a larger upload is refused before it is parsed.
 BUNDLE_MAX_BYTES = 200 * 1024 * 1024
@@ -60,14 +61,14 @@ def bundle_upload(request: HttpRequest, slug: str) -> HttpResponse:
         messages.error(request, f"The bundle is over {BUNDLE_MAX_BYTES // 2**20} MiB.")
         return redirect("graders", slug=slug)
     try:
-        bundle = json.loads(upload.read())
+        bundle = json_parse(upload.read())
         if not isinstance(bundle, dict):
             raise BundleInvalid("a bundle is a JSON object")
         grader = bundle_import(project=access.project, bundle=bundle, user=request.user)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         messages.error(request, f"The file is not JSON: {exc}.")
         return redirect("graders", slug=slug)
-    except BundleInvalid as exc:
+    except (BundleInvalid, JsonTooDeep) as exc:
         messages.error(request, f"Not imported: {exc}")
         return redirect("graders", slug=slug)
     messages.success(request, f"Imported {grader.name} (#{grader.pk}).")

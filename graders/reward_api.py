@@ -61,6 +61,7 @@ from graders.reward_grading import (
 )
 from graders.sql_rows import Columns
 from graders.tokens import ApiTokenAuthentication, TokenRateThrottle, scope_required
+from labeling.json_input import json_parse
 from labeling.records import (
     MAX_DOCUMENT_TEXT,
     MAX_DOCUMENTS,
@@ -126,8 +127,8 @@ class LimitedJSONParser(BaseParser):
         try:
             text = body.decode(context.get("encoding", settings.DEFAULT_CHARSET))
             # NaN and Infinity are not JSON; DRF's strict mode refuses them the same way.
-            return drf_json.loads(text, parse_constant=drf_json.strict_constant)
-        except (ValueError, RecursionError) as exc:
+            return json_parse(text, parse_constant=drf_json.strict_constant)
+        except ValueError as exc:
             raise ParseError(f"JSON parse error - {exc}") from None
 
 

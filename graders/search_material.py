@@ -4,9 +4,8 @@ selection results and a few traces. Nothing from D_selection's labels or from D_
 except the selection results the design says the proposer sees."""
 
 from collections import defaultdict
-from typing import Any
 
-from graders.engine.programs import Criterion, DocumentInput
+from graders.engine.programs import Criterion, DocumentInput, ResponseInput, response_render
 from graders.engine.proposer_llm import MaterialResponse, MaterialTask, PriorCandidate
 from graders.evaluation import majority_oriented, metric_text
 from graders.models import Candidate, CandidateStatus, Grade, SearchRun
@@ -80,7 +79,14 @@ def meta_material(project: Project) -> list[MaterialTask]:
                 responses=tuple(
                     MaterialResponse(
                         id=r.external_id,
-                        text=r.content or _messages_text(r.messages),
+                        # As the judge reads it, so header-like lines in a message stay quoted.
+                        text=response_render(
+                            ResponseInput(
+                                r.external_id,
+                                r.content,
+                                None if r.messages is None else tuple(r.messages),
+                            )
+                        ),
                         score=scores.get(r.pk),
                         # A criterion several experts graded counts as passed by majority.
                         criteria=tuple(
@@ -94,10 +100,6 @@ def meta_material(project: Project) -> list[MaterialTask]:
             )
         )
     return material
-
-
-def _messages_text(messages: list[dict[str, Any]] | None) -> str:
-    return "\n".join(f"{m.get('role', '?')}: {m.get('content', '')}" for m in messages or [])
 
 
 def prior_candidates(search: SearchRun) -> list[PriorCandidate]:

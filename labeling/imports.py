@@ -12,7 +12,6 @@ Every problem of both passes is collected with its line number and field. If the
 transaction is rolled back and ImportRejected carries the list: nothing is written.
 """
 
-import json
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from typing import IO, Any
 from django.db import transaction
 from django.db.models import Q
 
+from labeling.json_input import json_parse
 from labeling.models import (
     Annotator,
     CriterionGrade,
@@ -183,7 +183,7 @@ class _Spool:
 def _record_named(raw: bytes) -> tuple[str, str] | None:
     """(type, id or name) of a line that failed validation, if it says them."""
     try:
-        data = json.loads(raw)
+        data = json_parse(raw)
     except ValueError:
         return None
     if not isinstance(data, dict):

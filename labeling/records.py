@@ -21,6 +21,8 @@ from pydantic import (
     model_validator,
 )
 
+from labeling.json_input import JsonTooDeep, json_depth_check
+
 MAX_LINE_BYTES = 16 * 1024 * 1024
 MAX_ID = 200
 MAX_PROMPT = 200_000
@@ -31,16 +33,42 @@ MAX_MESSAGES = 2_000
 MAX_RUBRIC_ITEMS = 200
 MAX_CRITERION_TEXT = 5_000
 
-Id = Annotated[str, Field(min_length=1, max_length=MAX_ID)]
+DOT_SEGMENTS = frozenset({".", ".."})
+
+
+def _id_linkable(value: str) -> str:
+    """Ids go into links as they are, slashes included (a task's page is /p/<project>/tasks/
+    <id>/), and a browser resolves a "." or ".." segment before it asks, so "a/../../admin"
+    would lead to another page. reverse() percent-encodes "%" and the backslash (as %25 and
+    %5C), which a browser leaves as they are, so ids such as "%2e%2e" or "..%5c.." holding
+    them stay inside the task's link and need no refusal. A line break matches no URL pattern
+    (a page listing the id could not link to it)."""
+    if "\n" in value or "\r" in value:
+        raise ValueError("a line break is not allowed in an id")
+    if DOT_SEGMENTS.intersection(value.split("/")):
+        raise ValueError(
+            'a "." or ".." between slashes is not allowed in an id: a link to it would lead '
+            "to another page"
+        )
+    return value
+
+
+Id = Annotated[str, Field(min_length=1, max_length=MAX_ID), AfterValidator(_id_linkable)]
 Name = Annotated[str, Field(min_length=1, max_length=200)]
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 SplitName = Literal["unassigned", "meta", "selection", "train", "eval"]
 AuthorKindName = Literal["expert", "generated", "reviewed"]
 
 
-def _json_finite(value: Any) -> Any:
+def _json_plain(value: Any) -> Any:
     """Free JSON (metadata, tool arguments) may hold anything JSON can, except numbers the
-    database's JSON cannot store: NaN and infinities."""
+    database's JSON cannot store (NaN and infinities) and nesting deeper than MAX_JSON_DEPTH:
+    the only fields where the schema lets a line nest freely."""
+    json_depth_check(value)
+    return _json_finite(value)
+
+
+def _json_finite(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError("NaN and infinite numbers are not allowed in JSON")
     if isinstance(value, dict):
@@ -52,7 +80,7 @@ def _json_finite(value: Any) -> Any:
     return value
 
 
-FreeJson = Annotated[dict[str, Any], AfterValidator(_json_finite)]
+FreeJson = Annotated[dict[str, Any], AfterValidator(_json_plain)]
 
 
 class Record(BaseModel):
@@ -115,7 +143,7 @@ class ToolCall(BaseModel):
     @field_validator("arguments")
     @classmethod
     def arguments_finite(cls, value: dict[str, Any] | str) -> dict[str, Any] | str:
-        return _json_finite(value)
+        return _json_plain(value)
 
 
 class Message(BaseModel):
@@ -296,7 +324,9 @@ def _field_name(location: tuple[int | str, ...], record_type: str | None) -> str
 def _message(error: Any) -> str:
     kind = error["type"]
     if kind == "json_invalid":
-        return f"malformed JSON ({error['ctx'].get('error', 'invalid')})"
+        problem = error["ctx"].get("error", "invalid")
+        # pydantic's parser has a limit of its own (201 levels), above MAX_JSON_DEPTH.
+        return str(JsonTooDeep()) if "recursion limit" in problem else f"malformed JSON ({problem})"
     if kind == "union_tag_invalid":
         return f"unknown type {error['ctx']['tag']!r}; expected one of {', '.join(RECORD_TYPES)}"
     if kind == "union_tag_not_found":

@@ -106,6 +106,9 @@ TYPE_HELP = (
     f"list[<type>] (at most {MAX_LIST_ITEMS} items)"
 )
 
+# Starts every line of a trajectory's content (see response_render).
+QUOTE_MARK = "| "
+
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 PLACEHOLDER = re.compile(r"\{\s*([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?)\s*\}")
 PARAMETRIZED_TYPE = re.compile(r"([a-z]+)\[(.*)\]", re.DOTALL)
@@ -1155,7 +1158,12 @@ def documents_render(documents: Sequence[DocumentInput]) -> str:
 
 def response_render(response: ResponseInput) -> str:
     """A response as the judge reads it: its text, or a trajectory as numbered turns with each
-    tool call (name and arguments) and each tool result."""
+    tool call (name and arguments) and each tool result.
+
+    In a trajectory, only the renderer starts a line without QUOTE_MARK: every line of content,
+    tool output and arguments is quoted, and the names and ids in a header are folded onto it,
+    so no message (a policy's output, a tool's reply) can write a line that reads as a turn
+    header or a tool call. Every line break str.splitlines knows counts, not only "\\n"."""
     if response.messages is None:
         return response.text
     return "\n\n".join(
@@ -1164,22 +1172,33 @@ def response_render(response: ResponseInput) -> str:
 
 
 def _turn_render(number: int, message: Mapping[str, Any]) -> str:
-    role = str(message.get("role", "unknown"))
+    role = _one_line(message.get("role", "unknown"))
     header = f"[Turn {number}] {role}"
     if role == "tool":
-        about = [str(message[key]) for key in ("name", "tool_call_id") if message.get(key)]
+        about = [_one_line(message[key]) for key in ("name", "tool_call_id") if message.get(key)]
         header = f"[Turn {number}] tool result" + (f" ({', '.join(about)})" if about else "")
     lines = [header]
     content = message.get("content")
     if content:
-        lines.append(content if isinstance(content, str) else json.dumps(content))
+        lines += _quoted(content if isinstance(content, str) else json.dumps(content))
     for call in message.get("tool_calls") or ():
         arguments = call.get("arguments", {})
         if not isinstance(arguments, str):
             arguments = json.dumps(arguments, ensure_ascii=False, sort_keys=True)
-        call_id = f" (call {call['id']})" if call.get("id") else ""
-        lines.append(f"-> tool call {call.get('name', '?')}{call_id}: {arguments}")
+        call_id = f" (call {_one_line(call['id'])})" if call.get("id") else ""
+        first, *rest = arguments.splitlines() or [""]
+        lines.append(f"-> tool call {_one_line(call.get('name', '?'))}{call_id}: {first}")
+        lines += _quoted("\n".join(rest))
     return "\n".join(lines)
+
+
+def _quoted(text: str) -> list[str]:
+    return [f"{QUOTE_MARK}{line}" if line else QUOTE_MARK.rstrip() for line in text.splitlines()]
+
+
+def _one_line(value: Any) -> str:
+    """`value` as text on one line: every run of whitespace, line breaks included, one space."""
+    return " ".join(str(value).split())
 
 
 def rubric_render(criteria: Sequence[Criterion]) -> str:

@@ -655,11 +655,11 @@ def test_a_trajectory_is_shown_as_numbered_turns_with_tool_calls_and_results() -
     asyncio.run(grade_scalar(baseline_program("scalar"), TASK, trajectory, judge))
 
     assert data_blocks(judge.requests[0])["Trace"] == (
-        "[Turn 1] user\nCancel order A1.\n\n"
-        "[Turn 2] assistant\nLooking it up.\n"
+        "[Turn 1] user\n| Cancel order A1.\n\n"
+        "[Turn 2] assistant\n| Looking it up.\n"
         '-> tool call get_order (call c1): {"order_id": "A1"}\n\n'
-        '[Turn 3] tool result (get_order, c1)\n{"status": "paid"}\n\n'
-        "[Turn 4] assistant\nOrder A1 is cancelled."
+        '[Turn 3] tool result (get_order, c1)\n| {"status": "paid"}\n\n'
+        "[Turn 4] assistant\n| Order A1 is cancelled."
     )
 
 
