@@ -17,6 +17,7 @@ import threading
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import connection
 from django.utils import timezone
 from rest_framework import serializers, status
@@ -24,7 +25,8 @@ from rest_framework.exceptions import APIException
 
 from graders.bundles import bundle_judge
 from graders.engine.bundle import load_bundle_parsed
-from graders.engine.judge import MissingApiKey
+from graders.engine.egress import EgressPolicy
+from graders.engine.judge import JudgeSettings, MissingApiKey
 from graders.engine.judge_http import JudgeTransport, ssl_context
 from graders.engine.programs import (
     DocumentInput,
@@ -95,7 +97,7 @@ class JudgeLoop:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
-        self.transports: dict[tuple[str, int], JudgeTransport] = {}
+        self.transports: dict[tuple[str, int, EgressPolicy | None], JudgeTransport] = {}
         threading.Thread(
             target=self.loop.run_forever, name="reward-judge-loop", daemon=True
         ).start()
@@ -107,13 +109,16 @@ class JudgeLoop:
                 cls._current = cls()
             return cls._current
 
-    def transport(self, base_url: str, max_concurrency: int) -> JudgeTransport:
-        """The pool for this endpoint; judge clients leave a transport they were given open."""
+    def transport(self, settings: JudgeSettings) -> JudgeTransport:
+        """The pool for this endpoint, connecting where its egress policy allows; judge
+        clients leave a transport they were given open."""
         with self._lock:
-            key = (base_url, max_concurrency)
+            key = (settings.base_url, settings.max_concurrency, settings.egress)
             if key not in self.transports:
                 self.transports[key] = JudgeTransport(
-                    max_connections=max_concurrency, ssl_context=ssl_context()
+                    max_connections=settings.max_concurrency,
+                    ssl_context=ssl_context(),
+                    egress=settings.egress,
                 )
             return self.transports[key]
 
@@ -254,10 +259,11 @@ def _grader_load(
             "page and make it the default."
         )
     try:
-        endpoint_settings(endpoint)  # the operator's rules on key variables and judge hosts
-    except Exception as exc:
+        settings = endpoint_settings(endpoint)  # the operator's egress rules, checked
+    except (ValidationError, ValueError) as exc:
+        reason = " ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
         raise GraderUnavailable(
-            f"The judge endpoint {endpoint.name!r} is not allowed on this server: {exc}"
+            f"The judge endpoint {endpoint.name!r} is not allowed on this server: {reason}"
         ) from None
     program = _program_load(metagrader)
     rubrics: dict[str, list[dict[str, Any]]] = {}
@@ -296,9 +302,12 @@ def _grader_load(
         "rubrics": rubrics,
     }
     cache = RequestJudgeCache(endpoint.model)
-    transport = JudgeLoop.get().transport(endpoint.base_url, endpoint.max_concurrency)
+    transport = JudgeLoop.get().transport(settings)
     try:
-        return load_bundle_parsed(bundle, program, cache=cache, transport=transport), cache
+        grader = load_bundle_parsed(
+            bundle, program, cache=cache, transport=transport, egress=settings.egress
+        )
+        return grader, cache
     except BundleInvalid as exc:
         raise GraderConflict(f"This grader cannot be run on this task: {exc}") from None
 
