@@ -35,7 +35,7 @@ from graders.engine.programs import (
 from graders.evaluation import grading_evaluate
 from graders.judge_cache import DatabaseJudgeCache
 from graders.models import Grade as GradeRow
-from graders.models import GradingItem, GradingRun, ItemStatus
+from graders.models import GradingItem, GradingRun, ItemStatus, JudgeEndpoint
 from graders.services import endpoint_settings
 from labeling.jobs import BUDGET_SPENT, JobCancelled, job_finish, job_progress
 from labeling.models import AuthorKind, Job, JobStatus, Response, Rubric, Task
@@ -277,14 +277,14 @@ class _AnswerCountingCache(DatabaseJudgeCache):
     each new answer it stores, with the answers and dollars so far: a slow judge's run shows
     its calls and spending long before a task is done."""
 
-    def __init__(self, model: str, answered: Callable[[int, float], None]) -> None:
-        super().__init__(model)
+    def __init__(self, endpoint: JudgeEndpoint, answered: Callable[[int, float], None]) -> None:
+        super().__init__(endpoint)
         self.answered = answered
         self.count = 0
         self.cost = 0.0
 
-    def _put(self, key: str, value: dict[str, Any]) -> None:
-        super()._put(key, value)
+    def _put(self, row_key: str, value: dict[str, Any]) -> None:
+        super()._put(row_key, value)
         self.count += 1
         self.cost += float(value.get("cost") or 0.0)
         self.answered(self.count, self.cost)
@@ -324,9 +324,9 @@ def run_grade(
     settings = endpoint_settings(run.endpoint)
     total = GradingItem.objects.filter(run=run).count()
     cache = (
-        DatabaseJudgeCache(settings.model)
+        DatabaseJudgeCache(run.endpoint)
         if answered is None
-        else _AnswerCountingCache(settings.model, answered)
+        else _AnswerCountingCache(run.endpoint, answered)
     )
     usage = Usage()
     items: list[GradingItem] = []

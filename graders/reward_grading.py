@@ -133,9 +133,9 @@ class RequestJudgeCache(DatabaseJudgeCache):
     judge the same deterministic question; both answers are equal and the second INSERT is
     ignored, so this costs a judge call at worst, never a wrong reward."""
 
-    def __init__(self, model: str) -> None:
-        super().__init__(model)
-        self._answers: dict[str, dict[str, Any]] = {}
+    def __init__(self, endpoint: JudgeEndpoint) -> None:
+        super().__init__(endpoint)
+        self._answers: dict[str, dict[str, Any]] = {}  # by request key
 
     def get(self, key: str) -> dict[str, Any] | None:
         # Only the event loop's thread reads and writes _answers.
@@ -160,9 +160,10 @@ class RequestJudgeCache(DatabaseJudgeCache):
     def get_many(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
         """The engine's batched lookup (a group's calls ask together): one query for all."""
         found = {key: self._answers[key] for key in keys if key in self._answers}
-        missing = [key for key in keys if key not in found]
+        missing = {self.row_key(key): key for key in keys if key not in found}
         if missing:
-            found |= self._ask(self._get_many, missing)
+            stored = self._ask(self._get_many, list(missing))
+            found |= {missing[row_key]: value for row_key, value in stored.items()}
         return found
 
     def flush(self) -> None:
@@ -178,7 +179,7 @@ class RequestJudgeCache(DatabaseJudgeCache):
         for start in range(0, len(answers), FLUSH_ROWS):
             chunk = answers[start : start + FLUSH_ROWS]
             values = [
-                (key, self.model, result.get_db_prep_save(value, connection), now)
+                (self.row_key(key), self.model, result.get_db_prep_save(value, connection), now)
                 for key, value in chunk
             ]
             with connection.cursor() as cursor:
@@ -190,11 +191,13 @@ class RequestJudgeCache(DatabaseJudgeCache):
                 )
 
     @staticmethod
-    def _get_many(keys: Sequence[str]) -> dict[str, dict[str, Any]]:
-        marks = ", ".join(["%s"] * len(keys))
+    def _get_many(row_keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+        marks = ", ".join(["%s"] * len(row_keys))
         table = JudgeCall._meta.db_table
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT key, result FROM {table} WHERE key IN ({marks})", list(keys))
+            cursor.execute(
+                f"SELECT key, result FROM {table} WHERE key IN ({marks})", list(row_keys)
+            )
             rows = cursor.fetchall()
         return {
             key: json.loads(value) if isinstance(value, str | bytes) else value
@@ -202,8 +205,8 @@ class RequestJudgeCache(DatabaseJudgeCache):
         }
 
     @classmethod
-    def _get(cls, key: str) -> dict[str, Any] | None:
-        return cls._get_many([key]).get(key)
+    def _get(cls, row_key: str) -> dict[str, Any] | None:
+        return cls._get_many([row_key]).get(row_key)
 
 
 # Parsed programs by content hash: a program never changes under its hash, and parsing and
@@ -301,7 +304,7 @@ def _grader_load(
         },
         "rubrics": rubrics,
     }
-    cache = RequestJudgeCache(endpoint.model)
+    cache = RequestJudgeCache(endpoint)
     transport = JudgeLoop.get().transport(settings)
     try:
         grader = load_bundle_parsed(

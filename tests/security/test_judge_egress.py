@@ -260,7 +260,7 @@ def test_a_bound_key_goes_to_its_host_and_nowhere_else(
     monkeypatch.setenv("JUDGE_KEY_FAKE", PROVIDER_KEY)
     settings.JUDGE_API_KEY_HOSTS = [f"JUDGE_KEY_FAKE={fake_judge.host_port}"]
     settings.JUDGE_PRIVATE_HOSTS = [*settings.JUDGE_PRIVATE_HOSTS, internal.host_port]
-    fake_judge.responder = lambda body: json.dumps({"score": 0.5, "reason": "ok"})
+    fake_judge.responder = lambda body: json.dumps({"score": 0.5})
     bound = written_around_the_form(judged_project, fake_judge.base_url, "JUDGE_KEY_FAKE")
     assert grade(judged_project, scalar, bound).job.status == "succeeded"
     assert fake_judge.requests[0].headers["authorization"] == f"Bearer {PROVIDER_KEY}"
