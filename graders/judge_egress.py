@@ -6,8 +6,10 @@ reward API) gets its settings from graders.services.endpoint_settings, which att
 policy; the judge client then enforces it itself, connection by connection."""
 
 import functools
+from typing import Any
 
 from django.conf import settings
+from django.core import checks
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 
 from graders.engine.egress import EgressPolicy, EgressRefused
@@ -42,6 +44,17 @@ def _policy(
         )
     except ValueError as exc:
         raise ImproperlyConfigured(str(exc)) from None
+
+
+@checks.register()
+def egress_settings_check(**_: Any) -> list[checks.CheckMessage]:
+    """A malformed egress setting stops `manage.py check`, migrate and runserver, not the
+    first judge call."""
+    try:
+        egress_policy()
+    except ImproperlyConfigured as exc:
+        return [checks.Error(str(exc), id="graders.E001")]
+    return []
 
 
 def endpoint_egress_check(*, base_url: str, api_key_env: str, resolve: bool) -> EgressPolicy:

@@ -383,3 +383,12 @@ def test_a_non_http_answer_is_not_quoted_back() -> None:
     finally:
         banner.shutdown()
         banner.server_close()
+
+
+def test_a_malformed_egress_setting_stops_the_system_checks(settings: Any) -> None:
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    settings.JUDGE_PRIVATE_HOSTS = ["10.0.0.5"]  # no port: it would open every one
+    with pytest.raises(SystemCheckError, match=r"JUDGE_PRIVATE_HOSTS: '10\.0\.0\.5' is not"):
+        call_command("check")
