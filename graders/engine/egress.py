@@ -179,8 +179,16 @@ class EgressPolicy:
         for name, hosts in DEFAULT_KEY_HOSTS.items():
             if name not in bindings:
                 bindings[name] = {entry_parse(host, KEY_HOSTS_SETTING) for host in hosts}
+        public = frozenset(entry_parse(host, PUBLIC_HOSTS_SETTING) for host in public_hosts)
+        for host, _ in public:
+            kind = address_kind(host) if _is_ip(host) else None
+            if kind is not None:  # it opens nothing: say where it belongs
+                raise ValueError(
+                    f"{PUBLIC_HOSTS_SETTING}: {host} is a {kind} address; list it with its "
+                    f"port in {PRIVATE_HOSTS_SETTING} instead"
+                )
         return cls(
-            public_hosts=frozenset(entry_parse(h, PUBLIC_HOSTS_SETTING) for h in public_hosts),
+            public_hosts=public,
             private_hosts=frozenset(
                 entry_parse(h, PRIVATE_HOSTS_SETTING, port_required=True) for h in private_hosts
             ),

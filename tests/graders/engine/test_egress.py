@@ -71,6 +71,11 @@ def test_an_operator_binding_replaces_the_providers_default() -> None:
         ({"public_hosts": ["https://x.example"]}, "JUDGE_BASE_URL_HOSTS: 'https://x.example'"),
         ({"key_hosts": ["OPENAI_API_KEY"]}, "JUDGE_API_KEY_HOSTS: 'OPENAI_API_KEY' is not"),
         ({"key_hosts": ["K=a.example:http"]}, "JUDGE_API_KEY_HOSTS: 'a.example:http'"),
+        (
+            {"public_hosts": ["api.openai.com", "127.0.0.1"]},  # as an older install listed it
+            "JUDGE_BASE_URL_HOSTS: 127.0.0.1 is a loopback address; list it with its port in "
+            "JUDGE_PRIVATE_HOSTS",
+        ),
     ],
 )
 def test_a_malformed_setting_is_named(values: dict[str, list[str]], message: str) -> None:
