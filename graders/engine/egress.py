@@ -25,7 +25,7 @@ always name the port: they open exactly one service.
 import ipaddress
 import socket
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 PUBLIC_HOSTS_SETTING = "JUDGE_BASE_URL_HOSTS"
@@ -154,7 +154,7 @@ class EgressPolicy:
     private_hosts: frozenset[Entry] = frozenset()
     key_names: frozenset[str] = frozenset(DEFAULT_KEY_HOSTS)
     key_prefix: str = ""
-    key_hosts: tuple[tuple[str, frozenset[Entry]], ...] = field(default=())
+    key_hosts: tuple[tuple[str, frozenset[Entry]], ...] = ()
 
     @classmethod
     def parse(
