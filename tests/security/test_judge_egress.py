@@ -27,10 +27,13 @@ from graders.engine.baseline import baseline_program
 from graders.engine.judge import ChatRequest, JudgeClient, JudgeSettings
 from graders.grading import grading_run_execute
 from graders.models import Grade, GradingRun, JudgeEndpoint, Metagrader
-from graders.services import grading_run_start, metagrader_register
+from graders.services import grader_promote, grading_run_start, metagrader_register
 from graders.tokens import token_create
 from labeling.imports import jsonl_import
 from labeling.models import Project
+from reviews.audit import audit_start
+from reviews.audit_jobs import audit_run_execute
+from reviews.rubric_generation import rubric_generation_execute, rubric_generation_start
 from tests.fakes.openai_server import FakeJudgeServer
 from tests.labeling.helpers import write_jsonl
 
@@ -90,6 +93,7 @@ def rate_counts_cleared() -> None:
 def judged_project(project: Project, tmp_path: Path) -> Project:
     records: list[dict[str, Any]] = [
         {"type": "task", "id": "t0", "prompt": "Review the contract", "split": "eval"},
+        {"type": "rubric", "task": "t0", "items": [{"id": "e1", "text": "Cites the cap."}]},
         {"type": "response", "id": "t0/r0", "task": "t0", "content": "GOOD answer"},
         {"type": "response", "id": "t0/r1", "task": "t0", "content": "POOR answer"},
     ]
@@ -271,6 +275,35 @@ def test_a_bound_key_goes_to_its_host_and_nowhere_else(
 
 
 # At call time --------------------------------------------------------------------------------
+
+
+def rubric_writing(project: Project, endpoint: JudgeEndpoint) -> None:
+    grader = metagrader_register(
+        project=project, program=baseline_program("rubric").to_json(), origin="baseline"
+    )
+    grader_promote(project=project, metagrader=grader)
+    job = rubric_generation_start(project=project, split="eval")
+    with contextlib.suppress(ValidationError):
+        rubric_generation_execute(job_id=job.pk)
+
+
+def auditing(project: Project, endpoint: JudgeEndpoint) -> None:
+    run = audit_start(project=project, endpoint=endpoint, split="eval")
+    with contextlib.suppress(ValidationError):
+        audit_run_execute(run_id=run.pk)
+
+
+@pytest.mark.parametrize("path", [rubric_writing, auditing], ids=["rubric-writing", "audit"])
+@pytest.mark.parametrize("host", ["{internal}", "localhost:{port}"])
+def test_no_judge_path_reaches_the_internal_service(
+    judged_project: Project, internal: InternalService, host: str, path: Any
+) -> None:
+    """Grading and the reward API are above; rubric writing and audits get their judge the
+    same way (graders.services.endpoint_settings) and are refused the same way."""
+    port = internal.host_port.rsplit(":", 1)[1]
+    url = f"http://{host.format(internal=internal.host_port, port=port)}/v1"
+    path(judged_project, written_around_the_form(judged_project, url))
+    assert internal.requests == []
 
 
 @pytest.mark.parametrize("host", ["{internal}", "localhost:{port}"])
