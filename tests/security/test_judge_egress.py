@@ -27,6 +27,7 @@ from graders.engine.baseline import baseline_program
 from graders.engine.judge import ChatRequest, JudgeClient, JudgeSettings
 from graders.grading import grading_run_execute
 from graders.models import Grade, GradingRun, JudgeEndpoint, Metagrader
+from graders.search import search_run_execute, search_start
 from graders.services import grader_promote, grading_run_start, metagrader_register
 from graders.tokens import token_create
 from labeling.imports import jsonl_import
@@ -425,3 +426,30 @@ def test_a_malformed_egress_setting_stops_the_system_checks(settings: Any) -> No
     settings.JUDGE_PRIVATE_HOSTS = ["10.0.0.5"]  # no port: it would open every one
     with pytest.raises(SystemCheckError, match=r"JUDGE_PRIVATE_HOSTS: '10\.0\.0\.5' is not"):
         call_command("check")
+
+
+def test_the_search_proposer_does_not_reach_the_internal_service(
+    project: Project,
+    internal: InternalService,
+    fake_judge: FakeJudgeServer,
+    tmp_path: Path,
+) -> None:
+    records: list[dict[str, Any]] = []
+    for task, split in (("s0", "selection"), ("e0", "eval"), ("m0", "meta")):
+        records.append({"type": "task", "id": task, "prompt": f"Deal {task}", "split": split})
+        for n, truth in enumerate((0.9, 0.2)):
+            records.append({"type": "response", "id": f"{task}/{n}", "task": task,
+                            "content": f"answer {n}"})  # fmt: skip
+            records.append({"type": "score", "response": f"{task}/{n}", "value": truth})
+    jsonl_import(project=project, path=write_jsonl(tmp_path / "s.jsonl", records))
+    fake_judge.responder = lambda body: json.dumps({"score": 0.5})
+    judge = JudgeEndpoint.objects.create(
+        project=project, name="judge", base_url=fake_judge.base_url, model="m"
+    )
+    port = internal.host_port.rsplit(":", 1)[1]
+    proposer = written_around_the_form(project, f"http://localhost:{port}/v1")
+    search = search_start(
+        project=project, kind="scalar", mode="best_of_n", endpoint=judge, proposer=proposer, n=1
+    )
+    search_run_execute(search_id=search.pk)
+    assert internal.requests == []
