@@ -28,6 +28,7 @@ install: $(BIN)/.installed
 run: export DEBUG := 1
 run: install
 	@$(BIN)/python manage.py migrate --no-input
+	export JUDGE_PRIVATE_HOSTS="$${JUDGE_PRIVATE_HOSTS:+$$JUDGE_PRIVATE_HOSTS,}127.0.0.1:$(JUDGE_PORT)"  # the local judge
 	$(BIN)/python manage.py collectstatic --no-input --verbosity 0
 	$(BIN)/python manage.py load_demo --judge-url http://127.0.0.1:$(JUDGE_PORT)/v1
 	$(BIN)/celery -A config worker --loglevel=INFO --pool=threads --concurrency=4 &

@@ -30,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -86,10 +87,12 @@ def setup(judge_url: str, tasks: int) -> dict[str, Any]:
 
 
 def server_start(
-    port: int, log: Path, conn_max_age: int, server_kind: str
+    port: int, log: Path, conn_max_age: int, server_kind: str, judge_url: str
 ) -> subprocess.Popen[bytes]:
     env = dict(
         os.environ,
+        # The fake judge is on loopback: allowed exactly, as `make run` allows its own.
+        JUDGE_PRIVATE_HOSTS=urlsplit(judge_url).netloc,
         DEBUG="0",
         SECRET_KEY="bench-" + "k" * 60,
         SECURE_SSL_REDIRECT="0",
@@ -218,7 +221,7 @@ def main() -> None:
         connection.close()  # the server process has the database to itself
         port = free_port()
         log = Path(tempfile.gettempdir()) / f"reward-api-bench-{port}.log"
-        server = server_start(port, log, args.conn_max_age, args.server)
+        server = server_start(port, log, args.conn_max_age, args.server, judge.base_url)
         grader_url = f"http://127.0.0.1:{port}/api/p/{target['slug']}/graders/{target['grader']}"
         url = f"{grader_url}/{args.endpoint}"
         try:

@@ -11,6 +11,8 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 
+from graders.engine.egress import DEFAULT_KEY_HOSTS
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("WORKBENCH_VAR_DIR", BASE_DIR / "var"))
 
@@ -136,16 +138,20 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", VAR_DIR / "staticfiles"))
 MEDIA_ROOT = Path(os.environ.get("MEDIA_ROOT", VAR_DIR / "media"))
 
-# Judge API keys come from environment variables named on each judge endpoint. A project
-# admin may only name variables the operator allows: these names, or any starting with the
-# prefix. Otherwise an admin could send SECRET_KEY or DATABASE_URL to a server of their choice.
-JUDGE_API_KEY_ENV_ALLOWED = env_list(
-    "JUDGE_API_KEY_ENV_ALLOWED",
-    "OPENAI_API_KEY,ANTHROPIC_API_KEY,FIREWORKS_API_KEY,TOGETHER_API_KEY,OPENROUTER_API_KEY",
-)
+# Where judge calls may go and which keys they may carry (graders/engine/egress.py): a project
+# admin writes the endpoint, but the call leaves from the operator's machines with the
+# operator's keys. Key variables: these names, or any starting with the prefix (otherwise an
+# admin could send SECRET_KEY or DATABASE_URL), each sent only to the hosts it is bound to:
+# the providers' variables to their API hosts, and JUDGE_API_KEY_HOSTS entries
+# ("JUDGE_KEY_VLLM=10.0.0.5:8000", a variable may repeat) replacing a variable's binding.
+JUDGE_API_KEY_ENV_ALLOWED = env_list("JUDGE_API_KEY_ENV_ALLOWED", ",".join(DEFAULT_KEY_HOSTS))
 JUDGE_API_KEY_ENV_PREFIX = os.environ.get("JUDGE_API_KEY_ENV_PREFIX", "JUDGE_KEY_")
-# Hosts judge endpoints may point at (empty: any). Workers send graded text there and show the
-# answers in traces, so an operator can pin them, e.g. "api.openai.com,127.0.0.1".
+JUDGE_API_KEY_HOSTS = env_list("JUDGE_API_KEY_HOSTS", "")
+# Loopback, private and other non-public addresses are refused, except exactly these
+# host:port pairs (`make run` adds its local judge, 127.0.0.1:8089).
+JUDGE_PRIVATE_HOSTS = env_list("JUDGE_PRIVATE_HOSTS", "")
+# Public hosts judge endpoints may point at, port-aware ("api.openai.com" is its https port;
+# "host:8000" names one); empty: any public host.
 JUDGE_BASE_URL_HOSTS = env_list("JUDGE_BASE_URL_HOSTS", "")
 
 # Files up to this size import inside the request; larger ones become a background job.

@@ -8,6 +8,7 @@ the grader was selected on, and its latest evaluation on D_eval."""
 
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
@@ -169,7 +170,16 @@ def bundle_import(*, project: Project, bundle: dict[str, Any], user: Any = None)
     if endpoint is None:
         name = f"imported {judge['model']}"[:90]
         endpoint = JudgeEndpoint(project=project, name=name, **settings)
-        endpoint.full_clean(exclude=["project"], validate_unique=False)
+        try:  # the endpoint form's checks; BundleInvalid rolls the grader back
+            endpoint.full_clean(exclude=["project"], validate_unique=False)
+        except ValidationError as exc:
+            raise BundleInvalid(
+                "\n".join(
+                    f"judge.{field}: {message}"
+                    for field, messages in exc.message_dict.items()
+                    for message in messages
+                )
+            ) from None
         base = endpoint.name
         suffix = 2
         while JudgeEndpoint.objects.filter(project=project, name=endpoint.name).exists():

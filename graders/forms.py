@@ -31,8 +31,8 @@ class EndpointForm(forms.ModelForm):
         help_texts = {
             "api_key_env": "Name of the environment variable holding the key on the worker "
             "machines (for example OPENAI_API_KEY). The key itself is never stored.",
-            "base_url": "OpenAI-compatible base URL, for example https://api.openai.com/v1 or "
-            "http://localhost:8000/v1 for vLLM.",
+            "base_url": "OpenAI-compatible base URL, for example https://api.openai.com/v1, or "
+            "http://10.0.0.5:8000/v1 for a vLLM server the operator allows (JUDGE_PRIVATE_HOSTS).",
         }
 
     def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:

@@ -47,7 +47,7 @@ from graders.engine.programs import (
 from graders.evaluation import grading_evaluate
 from graders.judge_cache import DatabaseJudgeCache
 from graders.models import Grade as GradeRow
-from graders.models import GradingItem, GradingRun, ItemStatus
+from graders.models import GradingItem, GradingRun, ItemStatus, JudgeEndpoint
 from graders.services import endpoint_settings
 from labeling.jobs import (
     JobCancelled,
@@ -220,8 +220,8 @@ class RunUsageCache(DatabaseJudgeCache):
     job pages all read that stored usage, so a slow judge's run shows its judge calls and
     spending long before a task is done, and every page shows the same count under one name."""
 
-    def __init__(self, model: str, run: GradingRun) -> None:
-        super().__init__(model)
+    def __init__(self, endpoint: JudgeEndpoint, run: GradingRun) -> None:
+        super().__init__(endpoint)
         self.grading_run = run
         self.client_usage = Usage()
         self.stored = Usage()
@@ -236,8 +236,8 @@ class RunUsageCache(DatabaseJudgeCache):
         self.client_usage = usage
         self._store()
 
-    def _put(self, key: str, value: dict[str, Any]) -> None:
-        super()._put(key, value)
+    def _put(self, row_key: str, value: dict[str, Any]) -> None:
+        super()._put(row_key, value)
         if time.monotonic() - self.stored_at >= 1.0:
             self._store()
 
@@ -400,7 +400,7 @@ def run_grade(
     program = program_validate(run.metagrader.program)
     settings = endpoint_settings(run.endpoint)
     total = GradingItem.objects.filter(run=run).count()
-    cache = RunUsageCache(settings.model, run)
+    cache = RunUsageCache(run.endpoint, run)
     # The engine's loop runs on a helper thread: callbacks go back to this one through the cache.
     stop = None if cancelled is None else lambda: bool(cache.call(cancelled))
     usage = Usage()

@@ -1,47 +1,13 @@
 """Schema of the grading side: judge endpoints, metagrader programs, grading runs and their
 grades, and the judge-call cache that makes a rerun of finished work free."""
 
-from urllib.parse import urlsplit
-
 from django.conf import settings
-from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
+from graders.judge_egress import endpoint_egress_check
 from labeling.models import Job, LabelSnapshot, Project, Response, Task
-
-
-def api_key_env_allowed(name: str) -> bool:
-    return name in settings.JUDGE_API_KEY_ENV_ALLOWED or (
-        bool(settings.JUDGE_API_KEY_ENV_PREFIX)
-        and name.startswith(settings.JUDGE_API_KEY_ENV_PREFIX)
-    )
-
-
-def api_key_env_check(name: str) -> None:
-    """Only operator-approved variables may be sent to a judge as its key."""
-    if name and not api_key_env_allowed(name):
-        raise ValidationError(
-            {
-                "api_key_env": f"{name!r} is not an allowed key variable: use one of "
-                f"{', '.join(settings.JUDGE_API_KEY_ENV_ALLOWED)} or a name starting with "
-                f"{settings.JUDGE_API_KEY_ENV_PREFIX} (JUDGE_API_KEY_ENV_ALLOWED and "
-                "JUDGE_API_KEY_ENV_PREFIX set these)."
-            }
-        )
-
-
-def base_url_check(url: str) -> None:
-    """Only operator-approved hosts, when the operator names any (JUDGE_BASE_URL_HOSTS)."""
-    host = urlsplit(url).hostname or ""
-    if settings.JUDGE_BASE_URL_HOSTS and host not in settings.JUDGE_BASE_URL_HOSTS:
-        raise ValidationError(
-            {
-                "base_url": f"{host or url!r} is not an allowed judge host: use one of "
-                f"{', '.join(settings.JUDGE_BASE_URL_HOSTS)} (JUDGE_BASE_URL_HOSTS sets them)."
-            }
-        )
 
 
 class ResponseFormat(models.TextChoices):
@@ -109,8 +75,9 @@ class JudgeEndpoint(models.Model):
         return f"{self.name} ({self.model})"
 
     def clean(self) -> None:
-        api_key_env_check(self.api_key_env)
-        base_url_check(self.base_url)
+        # Where a call may go and which key it may carry (graders/engine/egress.py), the
+        # host's addresses looked up now; the judge client checks again on every connection.
+        endpoint_egress_check(base_url=self.base_url, api_key_env=self.api_key_env, resolve=True)
 
 
 class Origin(models.TextChoices):

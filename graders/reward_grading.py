@@ -17,6 +17,7 @@ import threading
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import connection
 from django.utils import timezone
 from rest_framework import serializers, status
@@ -24,7 +25,8 @@ from rest_framework.exceptions import APIException
 
 from graders.bundles import bundle_judge
 from graders.engine.bundle import load_bundle_parsed
-from graders.engine.judge import MissingApiKey
+from graders.engine.egress import EgressPolicy
+from graders.engine.judge import JudgeSettings, MissingApiKey
 from graders.engine.judge_http import JudgeTransport, ssl_context
 from graders.engine.programs import (
     DocumentInput,
@@ -95,7 +97,7 @@ class JudgeLoop:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
-        self.transports: dict[tuple[str, int], JudgeTransport] = {}
+        self.transports: dict[tuple[str, int, EgressPolicy | None], JudgeTransport] = {}
         threading.Thread(
             target=self.loop.run_forever, name="reward-judge-loop", daemon=True
         ).start()
@@ -107,13 +109,16 @@ class JudgeLoop:
                 cls._current = cls()
             return cls._current
 
-    def transport(self, base_url: str, max_concurrency: int) -> JudgeTransport:
-        """The pool for this endpoint; judge clients leave a transport they were given open."""
+    def transport(self, settings: JudgeSettings) -> JudgeTransport:
+        """The pool for this endpoint, connecting where its egress policy allows; judge
+        clients leave a transport they were given open."""
         with self._lock:
-            key = (base_url, max_concurrency)
+            key = (settings.base_url, settings.max_concurrency, settings.egress)
             if key not in self.transports:
                 self.transports[key] = JudgeTransport(
-                    max_connections=max_concurrency, ssl_context=ssl_context()
+                    max_connections=settings.max_concurrency,
+                    ssl_context=ssl_context(),
+                    egress=settings.egress,
                 )
             return self.transports[key]
 
@@ -128,9 +133,9 @@ class RequestJudgeCache(DatabaseJudgeCache):
     judge the same deterministic question; both answers are equal and the second INSERT is
     ignored, so this costs a judge call at worst, never a wrong reward."""
 
-    def __init__(self, model: str) -> None:
-        super().__init__(model)
-        self._answers: dict[str, dict[str, Any]] = {}
+    def __init__(self, endpoint: JudgeEndpoint) -> None:
+        super().__init__(endpoint)
+        self._answers: dict[str, dict[str, Any]] = {}  # by request key
 
     def get(self, key: str) -> dict[str, Any] | None:
         # Only the event loop's thread reads and writes _answers.
@@ -155,9 +160,10 @@ class RequestJudgeCache(DatabaseJudgeCache):
     def get_many(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
         """The engine's batched lookup (a group's calls ask together): one query for all."""
         found = {key: self._answers[key] for key in keys if key in self._answers}
-        missing = [key for key in keys if key not in found]
+        missing = {self.row_key(key): key for key in keys if key not in found}
         if missing:
-            found |= self.call(self._get_many, missing)
+            stored = self.call(self._get_many, list(missing))
+            found |= {missing[row_key]: value for row_key, value in stored.items()}
         return found
 
     def flush(self) -> None:
@@ -173,7 +179,7 @@ class RequestJudgeCache(DatabaseJudgeCache):
         for start in range(0, len(answers), FLUSH_ROWS):
             chunk = answers[start : start + FLUSH_ROWS]
             values = [
-                (key, self.model, result.get_db_prep_save(value, connection), now)
+                (self.row_key(key), self.model, result.get_db_prep_save(value, connection), now)
                 for key, value in chunk
             ]
             with connection.cursor() as cursor:
@@ -185,11 +191,13 @@ class RequestJudgeCache(DatabaseJudgeCache):
                 )
 
     @staticmethod
-    def _get_many(keys: Sequence[str]) -> dict[str, dict[str, Any]]:
-        marks = ", ".join(["%s"] * len(keys))
+    def _get_many(row_keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+        marks = ", ".join(["%s"] * len(row_keys))
         table = JudgeCall._meta.db_table
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT key, result FROM {table} WHERE key IN ({marks})", list(keys))
+            cursor.execute(
+                f"SELECT key, result FROM {table} WHERE key IN ({marks})", list(row_keys)
+            )
             rows = cursor.fetchall()
         return {
             key: json.loads(value) if isinstance(value, str | bytes) else value
@@ -197,8 +205,8 @@ class RequestJudgeCache(DatabaseJudgeCache):
         }
 
     @classmethod
-    def _get(cls, key: str) -> dict[str, Any] | None:
-        return cls._get_many([key]).get(key)
+    def _get(cls, row_key: str) -> dict[str, Any] | None:
+        return cls._get_many([row_key]).get(row_key)
 
 
 # Parsed programs by content hash: a program never changes under its hash, and parsing and
@@ -254,10 +262,11 @@ def _grader_load(
             "page and make it the default."
         )
     try:
-        endpoint_settings(endpoint)  # the operator's rules on key variables and judge hosts
-    except Exception as exc:
+        settings = endpoint_settings(endpoint)  # the operator's egress rules, checked
+    except (ValidationError, ValueError) as exc:
+        reason = " ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
         raise GraderUnavailable(
-            f"The judge endpoint {endpoint.name!r} is not allowed on this server: {exc}"
+            f"The judge endpoint {endpoint.name!r} is not allowed on this server: {reason}"
         ) from None
     program = _program_load(metagrader)
     rubrics: dict[str, list[dict[str, Any]]] = {}
@@ -295,10 +304,13 @@ def _grader_load(
         },
         "rubrics": rubrics,
     }
-    cache = RequestJudgeCache(endpoint.model)
-    transport = JudgeLoop.get().transport(endpoint.base_url, endpoint.max_concurrency)
+    cache = RequestJudgeCache(endpoint)
+    transport = JudgeLoop.get().transport(settings)
     try:
-        return load_bundle_parsed(bundle, program, cache=cache, transport=transport), cache
+        grader = load_bundle_parsed(
+            bundle, program, cache=cache, transport=transport, egress=settings.egress
+        )
+        return grader, cache
     except BundleInvalid as exc:
         raise GraderConflict(f"This grader cannot be run on this task: {exc}") from None
 

@@ -116,7 +116,7 @@ def _llm_slots(
     settings = endpoint_settings(search.proposer)
     material = material_render(meta_material(search.project), MATERIAL_CHARS)
     prior = prior_candidates(search)
-    cache = DatabaseJudgeCache(settings.model)
+    cache = DatabaseJudgeCache(search.proposer)
 
     spent: list[Usage] = []  # read back on this thread: the ORM may not run in the loop
 

@@ -7,6 +7,7 @@ from django.db import transaction
 from graders.engine.baseline import BASELINES
 from graders.engine.judge import JudgeSettings
 from graders.engine.programs import program_validate
+from graders.judge_egress import endpoint_egress_check
 from graders.local_judge import LOCAL_JUDGE_MODEL
 from graders.models import (
     GraderSelection,
@@ -15,8 +16,6 @@ from graders.models import (
     JudgeEndpoint,
     Metagrader,
     Origin,
-    api_key_env_check,
-    base_url_check,
 )
 from labeling.jobs import job_create
 from labeling.models import Project, Task
@@ -25,10 +24,12 @@ GRADING_JOB = "grading"
 
 
 def endpoint_settings(endpoint: JudgeEndpoint) -> JudgeSettings:
-    """The engine's view of an endpoint (the key stays in the environment). The key variable is
-    checked again here, so an endpoint written around the form cannot leak another secret."""
-    api_key_env_check(endpoint.api_key_env)
-    base_url_check(endpoint.base_url)
+    """The engine's view of an endpoint (the key stays in the environment), carrying the
+    operator's egress policy, which every judge client made from it enforces. Checked here
+    too (a ValidationError), so an endpoint written around the form fails before any work."""
+    egress = endpoint_egress_check(
+        base_url=endpoint.base_url, api_key_env=endpoint.api_key_env, resolve=False
+    )
     return JudgeSettings(
         base_url=endpoint.base_url,
         model=endpoint.model,
@@ -40,6 +41,7 @@ def endpoint_settings(endpoint: JudgeEndpoint) -> JudgeSettings:
         price_in_per_mtok=endpoint.price_in_per_mtok,
         price_out_per_mtok=endpoint.price_out_per_mtok,
         response_format=endpoint.response_format,  # type: ignore[arg-type]
+        egress=egress,
     )
 
 

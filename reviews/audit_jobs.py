@@ -144,7 +144,7 @@ def audit_pass(run: AuditRun, job: Job, heartbeat: JobHeartbeat) -> dict[str, An
     the job's result. Raises JobCancelled or LeaseLost between chunks, BudgetSpent when the
     budget runs out."""
     settings = endpoint_settings(run.endpoint)
-    cache = DatabaseJudgeCache(settings.model)
+    cache = DatabaseJudgeCache(run.endpoint)
     budget = run_budget(run.max_calls, run.max_cost, run.usage)
     work = work_load(run)
     done = AuditVerdict.objects.filter(run=run).count()

@@ -136,7 +136,7 @@ def _generate(job: Job, grader: Metagrader, endpoint: JudgeEndpoint, outcome: _O
     program = program_validate(grader.program)
     origin = grader_origin(grader)
     settings = endpoint_settings(endpoint)
-    cache = DatabaseJudgeCache(settings.model)
+    cache = DatabaseJudgeCache(endpoint)
     task_pks: list[int] = job.params["tasks"]
     size = max(1, min(32, settings.max_concurrency))
     for start in range(0, len(task_pks), size):

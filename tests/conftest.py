@@ -73,11 +73,13 @@ class CeleryWorkers:
         self.processes: list[subprocess.Popen[str]] = []
 
     def start(self, **env: str) -> subprocess.Popen[str]:
+        """A worker allowed the judge hosts this test's settings allow (the fake judge's)."""
+        allowed = {"JUDGE_PRIVATE_HOSTS": ",".join(django_settings.JUDGE_PRIVATE_HOSTS)}
         worker = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", self.queue,
              "--pool=solo", "--loglevel=INFO", "--without-heartbeat", "--without-mingle",
              "--without-gossip"],
-            cwd=REPO, env=self.env | env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            cwd=REPO, env=self.env | allowed | env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True,
         )  # fmt: skip
         self.processes.append(worker)
@@ -104,6 +106,8 @@ class CeleryWorkers:
 def celery_workers(request: Any, transactional_db: Any, tmp_path: Path) -> Iterator[CeleryWorkers]:
     """Workers on Redis (the production broker) or on the file-system broker of the embedded
     default; the test process publishes to their queue. Start them with `.start()`."""
+    # The test's fake judge first, so a worker started at once is allowed to call it.
+    request.getfixturevalue("fake_judge")
     from config.celery import app
 
     if request.param == "redis":

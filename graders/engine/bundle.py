@@ -65,6 +65,7 @@ from typing import Any
 
 import httpx
 
+from graders.engine.egress import EgressPolicy
 from graders.engine.judge import (
     Budget,
     JsonlFileCache,
@@ -98,8 +99,9 @@ BUNDLE_VERSION = 1
 
 _log = logging.getLogger(__name__)
 
-# JudgeSettings fields a bundle may set; anything else under "judge" is ignored.
-_JUDGE_FIELDS = {f.name for f in fields(JudgeSettings)}
+# JudgeSettings fields a bundle may set; anything else under "judge" is ignored. The egress
+# policy is the runner's to give (load_bundle_parsed), never the bundle's.
+_JUDGE_FIELDS = {f.name for f in fields(JudgeSettings)} - {"egress"}
 _PROMPT_TASK_PREFIX = "prompt:"
 
 
@@ -194,17 +196,21 @@ def load_bundle_parsed(
     *,
     cache: JudgeCache | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    egress: EgressPolicy | None = None,
 ) -> "Grader":
     """load_bundle for a bundle built around a program that is already validated and hashed
     (a server that keeps parsed programs by content hash): `program` stands for
     grader.program, which is neither parsed nor hashed again; every other part is checked
-    exactly as load_bundle checks it. Raises BundleInvalid."""
+    exactly as load_bundle checks it. `egress` is the policy the judge client enforces (and
+    `transport`, if given, with it). Raises BundleInvalid."""
     errors: list[str] = []
     _header_check(data, errors)
     if errors:
         raise BundleInvalid(errors)
     grader = _mapping(data.get("grader"), "grader", errors)
-    return _grader_build(data, grader, program, errors, cache=cache, transport=transport)
+    return _grader_build(
+        data, grader, program, errors, cache=cache, transport=transport, egress=egress
+    )
 
 
 def _grader_build(
@@ -218,8 +224,9 @@ def _grader_build(
     rubric_cache_path: str | os.PathLike[str] | None = None,
     budget: Budget | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    egress: EgressPolicy | None = None,
 ) -> "Grader":
-    settings = _settings_parse(data.get("judge"), judge_base_url, errors)
+    settings = _settings_parse(data.get("judge"), judge_base_url, egress, errors)
     tasks = _tasks_parse(data.get("tasks", {}), errors)
     rubrics = _rubrics_parse(data.get("rubrics", {}), errors)
     info = _info_parse(data, grader, program, errors)
@@ -305,7 +312,7 @@ def _program_check(grader: Mapping[str, Any], errors: list[str]) -> Program | No
 
 
 def _settings_parse(
-    value: object, judge_base_url: str | None, errors: list[str]
+    value: object, judge_base_url: str | None, egress: EgressPolicy | None, errors: list[str]
 ) -> JudgeSettings | None:
     judge = _mapping(value, "judge", errors)
     if not judge:
@@ -334,7 +341,7 @@ def _settings_parse(
         errors.extend(problems)
         return None
     try:
-        return JudgeSettings(**known)
+        return JudgeSettings(**known, egress=egress)
     except (TypeError, ValueError) as exc:
         errors.append(f"judge: {exc}")
         return None

@@ -7,7 +7,8 @@ aiohttp about 0.85-0.90 (DESIGN.md section 4; bench/judge_throughput.py measures
 A call never turns a failure into a value: a failed request, an unreadable response and output
 that does not match the step's schema all come back as a ChatResult with `error` set. The one
 exception a running job must expect is BudgetExhausted, which stops it before it spends more;
-MissingApiKey (at construction) and jsonout.SchemaUnsupported are configuration bugs.
+MissingApiKey and EgressRefused (at construction) and jsonout.SchemaUnsupported are
+configuration bugs.
 
 Deterministic calls (temperature 0) are cached by a hash of everything that shapes the request, so
 re-running finished work makes no HTTP calls; cache hits cost nothing and are counted as hits.
@@ -17,6 +18,7 @@ import asyncio
 import email.utils
 import functools
 import hashlib
+import http
 import json
 import logging
 import math
@@ -32,6 +34,7 @@ from typing import Any, Literal, Protocol, Self
 
 import httpx
 
+from graders.engine.egress import EgressPolicy, EgressRefused
 from graders.engine.jsonout import OutputInvalid, extract_json_object, validate, wire_schema
 from graders.engine.judge_http import HttpReply, JudgeTransport, client_timeout, ssl_context
 
@@ -45,6 +48,9 @@ SCHEMA_NAME = "judge_output"
 # Network failures worth another attempt; UnsupportedProtocol or a bad proxy URL are not.
 _TRANSIENT_ERRORS = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
 _QUOTA_WORDS = ("quota", "billing")
+# How refusals read at OpenAI, vLLM and llama.cpp, to pick the fixed reason shown for them.
+_CONTEXT_WORDS = ("context length", "context_length", "maximum context", "context size")
+_SCHEMA_WORDS = ("response_format", "json_schema", "schema")
 
 
 class BudgetExhausted(Exception):
@@ -80,6 +86,9 @@ class JudgeSettings:
     price_out_per_mtok: float = 0.0
     seed: int | None = 0
     response_format: ResponseFormat = "json_schema"
+    # Where the client may connect and send the key (graders/engine/egress.py); None checks
+    # nothing, for a training job whose operator set the judge. Never read from a bundle.
+    egress: EgressPolicy | None = None
 
     def __post_init__(self) -> None:
         # Settings often arrive from JSON or a form, where the Literal type is not enforced.
@@ -251,6 +260,10 @@ class JudgeClient:
     cannot park a job for an hour. `stop`, if given, is asked before each new request is sent
     (never for a cache hit); when it answers True the call raises CallsStopped, so a cancelled
     job stops calling the judge at once while the calls already in flight finish and are cached.
+
+    With `settings.egress`, the base URL and key variable are checked (EgressRefused) before
+    the key is read, and connections go to allowed addresses only; a transport passed in must
+    then enforce the same policy.
     """
 
     def __init__(
@@ -264,6 +277,10 @@ class JudgeClient:
         backoff_cap_s: float = 30.0,
         stop: Callable[[], bool] | None = None,
     ) -> None:
+        if settings.egress is not None:
+            settings.egress.check(settings.base_url, settings.api_key_env)
+            if transport is not None and getattr(transport, "egress", None) != settings.egress:
+                raise ValueError("the transport does not enforce the settings' egress policy")
         self.settings = settings
         self.usage = Usage()
         self._cache = cache
@@ -281,7 +298,9 @@ class JudgeClient:
         # A transport passed in is the caller's, who may share it between clients.
         self._owns_transport = transport is None
         self._transport = transport or JudgeTransport(
-            max_connections=settings.max_concurrency, ssl_context=ssl_context()
+            max_connections=settings.max_concurrency,
+            ssl_context=ssl_context(),
+            egress=settings.egress,
         )
         # What AsyncClient.post would send, worked out once: its headers (httpx's defaults and
         # the key) and timeouts. Requests go straight to the transport (see _post): the
@@ -456,8 +475,10 @@ class JudgeClient:
             wait: float | None = None
             try:
                 response = await self._post(body)
+            except EgressRefused as exc:  # the host resolved to an address it may not use
+                raise _CallFailed(str(exc)) from None
             except _TRANSIENT_ERRORS as exc:
-                problem = f"{type(exc).__name__}: {exc}".rstrip(": ")
+                problem = _network_problem(exc)
             else:
                 self.usage.calls += 1
                 if response.status_code == 200:
@@ -605,9 +626,47 @@ def _error_body(response: HttpReply) -> dict[str, Any]:
 
 
 def _http_problem(response: HttpReply) -> str:
-    error = _error_body(response)
-    message = error.get("message") or response.text[:200] or response.reason_phrase
-    return f"HTTP {response.status_code}: {message}"
+    """The status and a fixed reason for it, never the server's words: a judge URL can point
+    at a service whose answers (its body, even its reason phrase) must not be read back
+    through grade errors, traces or reward answers. The body goes to the debug log."""
+    _log.debug("judge answered HTTP %d: %.500r", response.status_code, response.text)
+    return f"HTTP {response.status_code}: {_http_reason(response)}"
+
+
+def _http_reason(response: HttpReply) -> str:
+    status = response.status_code
+    if status == 429:
+        return "rate limited" if _is_retryable(response) else "out of quota or credit"
+    if status in (400, 404, 413, 422):
+        error = _error_body(response)
+        said = f"{error.get('code')} {error.get('type')} {error.get('message')}".lower()
+        if any(word in said for word in _CONTEXT_WORDS):
+            return "context too long"
+        if status == 404 and "model" in said:
+            return "model not found"
+        if status == 400 and any(word in said for word in _SCHEMA_WORDS):
+            return "response format or schema refused (try another response format)"
+    try:
+        return http.HTTPStatus(status).phrase.lower()
+    except ValueError:
+        return "unexpected status"
+
+
+def _network_problem(exc: Exception) -> str:
+    """The failure's type and a fixed description: an exception's message can quote what the
+    server sent."""
+    for kind, description in _NETWORK_PROBLEMS:
+        if isinstance(exc, kind):
+            return f"{type(exc).__name__}: {description}"
+    return type(exc).__name__
+
+
+_NETWORK_PROBLEMS: tuple[tuple[type[Exception], str], ...] = (
+    (httpx.TimeoutException, "timed out"),
+    (httpx.ConnectError, "could not connect"),
+    (httpx.RemoteProtocolError, "the answer is not valid HTTP"),
+    (httpx.NetworkError, "the connection failed"),
+)
 
 
 def _is_retryable(response: HttpReply) -> bool:
@@ -639,7 +698,10 @@ def _read_completion(response: HttpReply) -> tuple[str | None, int, int]:
         tokens_in = int(usage.get("prompt_tokens") or 0)
         tokens_out = int(usage.get("completion_tokens") or 0)
     except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
-        raise _CallFailed(f"invalid judge response: {type(exc).__name__}: {exc}") from exc
+        # The exception's own message can quote the body; its type says enough.
+        raise _CallFailed(
+            f"invalid judge response: {type(exc).__name__} (not a chat completion)"
+        ) from None
     if content is not None and not isinstance(content, str):
         raise _CallFailed(f"invalid judge response: content is {type(content).__name__}")
     return content, tokens_in, tokens_out

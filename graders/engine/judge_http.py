@@ -14,6 +14,7 @@ rules read one set of exception types whichever path a call took.
 
 import functools
 import json
+import socket
 import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,8 +22,11 @@ from typing import Any, Protocol
 
 import aiohttp
 import httpx
+from aiohttp.abc import AbstractResolver, ResolveResult
 from httpx_aiohttp.transport import map_aiohttp_exceptions
 from multidict import CIMultiDictProxy
+
+from graders.engine.egress import EgressPolicy
 
 HeaderPairs = Sequence[tuple[str, str]]
 
@@ -63,22 +67,54 @@ class HttpReply(Protocol):
     def json(self) -> Any: ...
 
 
+class EgressResolver(AbstractResolver):
+    """aiohttp's resolver, refusing (EgressRefused) a host that resolves to an address the
+    policy does not allow. aiohttp resolves when it opens a connection (IP addresses in a URL
+    skip resolving; EgressPolicy.check refuses those before a call), so the check costs
+    nothing on a kept-alive connection, and a name that resolves elsewhere later is checked
+    again on its next connection."""
+
+    def __init__(self, policy: EgressPolicy) -> None:
+        self._policy = policy
+        self._resolver = aiohttp.DefaultResolver()
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        addresses = await self._resolver.resolve(host, port, family)
+        self._policy.check_addresses(host, port, [address["host"] for address in addresses])
+        return addresses
+
+    async def close(self) -> None:
+        await self._resolver.close()
+
+
 class JudgeTransport(httpx.AsyncBaseTransport):
     """At most `max_connections` keep-alive connections, made on first use in the running
-    event loop (aiohttp sessions belong to one loop)."""
+    event loop (aiohttp sessions belong to one loop), each to an address `egress` allows
+    (when given)."""
 
     def __init__(
-        self, *, max_connections: int, ssl_context: ssl.SSLContext, keepalive_s: float = 5.0
+        self,
+        *,
+        max_connections: int,
+        ssl_context: ssl.SSLContext,
+        keepalive_s: float = 5.0,
+        egress: EgressPolicy | None = None,
     ) -> None:
         self._limit = max_connections
         self._ssl = ssl_context
         self._keepalive_s = keepalive_s
+        self.egress = egress
         self._session: aiohttp.ClientSession | None = None
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
             connector = aiohttp.TCPConnector(
-                limit=self._limit, keepalive_timeout=self._keepalive_s, ssl=self._ssl
+                limit=self._limit,
+                keepalive_timeout=self._keepalive_s,
+                ssl=self._ssl,
+                resolver=EgressResolver(self.egress) if self.egress is not None else None,
             )
             self._session = aiohttp.ClientSession(connector=connector)
         return self._session
@@ -94,17 +130,22 @@ class JudgeTransport(httpx.AsyncBaseTransport):
     ) -> Reply:
         """POST `body` with exactly these headers; the whole answer, read, and decoded as its
         Content-Encoding says unless `decompress` is off (httpx decodes for itself)."""
-        with map_aiohttp_exceptions():
-            async with self._client().post(
-                url,
-                data=body,
-                headers=headers,
-                allow_redirects=False,
-                auto_decompress=decompress,
-                compress=False,
-                timeout=timeout,
-            ) as response:
-                content = await response.read()
+        try:
+            with map_aiohttp_exceptions():
+                async with self._client().post(
+                    url,
+                    data=body,
+                    headers=headers,
+                    allow_redirects=False,
+                    auto_decompress=decompress,
+                    compress=False,
+                    timeout=timeout,
+                ) as response:
+                    content = await response.read()
+        except aiohttp.ClientResponseError:
+            # An answer that is not HTTP (another protocol's banner, say): aiohttp quotes its
+            # bytes in the message and httpx-aiohttp leaves it unmapped. Neither goes further.
+            raise httpx.RemoteProtocolError("the answer is not valid HTTP") from None
         return Reply(response.status, response.reason or "", response.headers, content)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:

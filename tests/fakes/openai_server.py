@@ -150,6 +150,7 @@ class FakeJudgeServer:
         self.requests: list[ReceivedRequest] = []
         self.max_in_flight = 0
         self.base_url = ""
+        self.host_port = ""
         self._in_flight = 0
         self._faults: deque[Fault] = deque()
         self._ids = itertools.count(1)
@@ -213,7 +214,8 @@ class FakeJudgeServer:
     async def _listen(self) -> None:
         self._server = await self._loop.create_server(lambda: _Connection(self), "127.0.0.1", 0)
         host, port = self._server.sockets[0].getsockname()[:2]
-        self.base_url = f"http://{host}:{port}/v1"
+        self.host_port = f"{host}:{port}"
+        self.base_url = f"http://{self.host_port}/v1"
 
     async def _close(self) -> None:
         assert self._server is not None
@@ -376,7 +378,10 @@ def _error_reply(
 
 
 @pytest.fixture
-def fake_judge() -> Iterator[FakeJudgeServer]:
-    """A started fake judge server, stopped after the test."""
+def fake_judge(settings: Any) -> Iterator[FakeJudgeServer]:
+    """A started fake judge server, stopped after the test. The workbench's egress policy
+    allows exactly its host:port, as an operator allows a local judge (JUDGE_PRIVATE_HOSTS);
+    worker processes started meanwhile get the same (tests/conftest.py CeleryWorkers)."""
     with FakeJudgeServer() as server:
+        settings.JUDGE_PRIVATE_HOSTS = [*settings.JUDGE_PRIVATE_HOSTS, server.host_port]
         yield server

@@ -5,6 +5,7 @@ import io
 import json
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from django.contrib.auth.models import User
@@ -37,8 +38,11 @@ def test_a_bundle_holds_what_a_training_job_needs_and_never_the_key(
     search_judge: JudgeEndpoint,
     admin_user: User,
     monkeypatch: pytest.MonkeyPatch,
+    settings: Any,
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret-value")
+    # The operator binds the key to the fake judge (by default it goes to api.openai.com only).
+    settings.JUDGE_API_KEY_HOSTS = [f"OPENAI_API_KEY={urlsplit(search_judge.base_url).netloc}"]
     JudgeEndpoint.objects.filter(pk=search_judge.pk).update(api_key_env="OPENAI_API_KEY")
     grader = rubric_grader(search_project)
     run = grading_run_start(

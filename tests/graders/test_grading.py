@@ -419,7 +419,7 @@ def test_judges_page_adds_an_endpoint_without_storing_a_key(
 
     admin = Client()
     admin.force_login(admin_user)
-    form = {"name": "gpt", "base_url": "https://api.example.com/v1", "model": "gpt-x", "api_key_env": "OPENAI_API_KEY",
+    form = {"name": "gpt", "base_url": "https://api.openai.com/v1", "model": "gpt-x", "api_key_env": "OPENAI_API_KEY",
             "temperature": 0, "max_tokens": 512, "max_concurrency": 16, "timeout_s": 60, "price_in_per_mtok": 1.25,
             "price_out_per_mtok": 10, "response_format": "json_schema", "is_default": "on"}  # fmt: skip
     assert admin.post(reverse("judges", args=["acme"]), form).status_code == 302
@@ -525,7 +525,7 @@ def test_spend_before_a_budget_stop_is_accounted(
 
 
 def test_an_endpoint_cannot_name_a_secret_that_is_not_a_judge_key(
-    graded_project: Project, admin_user: Any, judge: JudgeEndpoint
+    graded_project: Project, admin_user: Any, judge: JudgeEndpoint, settings: Any
 ) -> None:
     from django.test import Client
     from django.urls import reverse
@@ -534,7 +534,8 @@ def test_an_endpoint_cannot_name_a_secret_that_is_not_a_judge_key(
 
     admin = Client()
     admin.force_login(admin_user)
-    form = {"name": "evil", "base_url": "https://attacker.example/v1", "model": "m", "api_key_env": "SECRET_KEY",
+    settings.JUDGE_API_KEY_HOSTS = ["JUDGE_KEY_ACME=judge.acme.example"]  # where that key goes
+    form = {"name": "evil", "base_url": "https://judge.acme.example/v1", "model": "m", "api_key_env": "SECRET_KEY",
             "temperature": 0, "max_tokens": 512, "max_concurrency": 4, "timeout_s": 60, "price_in_per_mtok": 0,
             "price_out_per_mtok": 0, "response_format": "json_schema"}  # fmt: skip
     response = admin.post(reverse("judges", args=["acme"]), form)
@@ -601,17 +602,21 @@ def test_operators_can_pin_judge_hosts(
     settings.JUDGE_BASE_URL_HOSTS = ["api.example.com"]
     admin = Client()
     admin.force_login(admin_user)
-    form = {"name": "inner", "base_url": "http://10.0.0.7:8080/v1", "model": "m", "api_key_env": "",
+    form = {"name": "inner", "base_url": "https://judge.other.example/v1", "model": "m", "api_key_env": "",
             "temperature": 0, "max_tokens": 512, "max_concurrency": 4, "timeout_s": 60, "price_in_per_mtok": 0,
             "price_out_per_mtok": 0, "response_format": "json_schema"}  # fmt: skip
-    response = admin.post(reverse("judges", args=["acme"]), form)
-    assert response.status_code == 400 and "not an allowed judge host" in response.content.decode()
+    for url in ("https://judge.other.example/v1", "https://api.example.com:8443/v1"):
+        response = admin.post(reverse("judges", args=["acme"]), form | {"base_url": url})
+        assert response.status_code == 400
+        assert "not an allowed judge host" in response.content.decode()
     assert (
         admin.post(
             reverse("judges", args=["acme"]), form | {"base_url": "https://api.example.com/v1"}
         ).status_code
         == 302
     )
+    endpoint_settings(judge)  # the fake judge's 127.0.0.1:port is allowed exactly
+    settings.JUDGE_PRIVATE_HOSTS = []
     with pytest.raises(ValidationError):
         endpoint_settings(judge)  # 127.0.0.1 is not pinned
 

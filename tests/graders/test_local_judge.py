@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -121,8 +122,12 @@ def test_a_request_may_hold_a_demo_trajectory_pair(local_judge: str) -> None:
 
 
 @pytest.mark.django_db
-def test_a_grading_run_through_the_local_judge(local_judge: str, tmp_path: object) -> None:
-    """The product path end to end: baseline scalar program, engine client, real server."""
+def test_a_grading_run_through_the_local_judge(
+    local_judge: str, tmp_path: object, settings: Any
+) -> None:
+    """The product path end to end: baseline scalar program, engine client, real server,
+    allowed exactly as `make run` allows its local judge."""
+    settings.JUDGE_PRIVATE_HOSTS = [local_judge.removeprefix("http://")]
     from graders.engine.baseline import baseline_program
     from graders.grading import grading_run_execute
     from graders.models import Grade, JudgeCall

@@ -362,9 +362,16 @@ def test_no_judge_endpoint_is_a_409(client: Client, reward_project: Project, tok
 
 
 def test_a_missing_judge_key_is_a_503_that_says_which_variable(
-    client: Client, scalar: Metagrader, judge: JudgeEndpoint, token: str, monkeypatch: Any
+    client: Client,
+    scalar: Metagrader,
+    judge: JudgeEndpoint,
+    token: str,
+    monkeypatch: Any,
+    fake_judge: FakeJudgeServer,
+    settings: Any,
 ) -> None:
     monkeypatch.delenv("JUDGE_KEY_REWARD_TEST", raising=False)
+    settings.JUDGE_API_KEY_HOSTS = [f"JUDGE_KEY_REWARD_TEST={fake_judge.host_port}"]
     JudgeEndpoint.objects.filter(pk=judge.pk).update(api_key_env="JUDGE_KEY_REWARD_TEST")
     answer = post(client, reward_url(scalar), {"task_id": "t0", "responses": group("t0")},
                   bearer(token))  # fmt: skip

@@ -3,9 +3,10 @@ generated rubrics of its rubric review and the local demo judge endpoint, create
 
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from graders.services import baselines_ensure, local_demo_endpoint_ensure
+from graders.services import baselines_ensure, endpoint_settings, local_demo_endpoint_ensure
 from labeling.demo import DEMO_PASSWORD, DEMO_USERS, DemoRefused, demo_load
 from reviews.demo import demo_rubrics_load
 
@@ -31,7 +32,14 @@ class Command(BaseCommand):
         baselines_ensure(project=project)
         if created:
             demo_rubrics_load(project=project)
-        local_demo_endpoint_ensure(project=project, base_url=options["judge_url"])
+        endpoint = local_demo_endpoint_ensure(project=project, base_url=options["judge_url"])
+        try:
+            endpoint_settings(endpoint)
+        except ValidationError as exc:
+            self.stderr.write(
+                f"The demo judge at {endpoint.base_url} cannot be called with these settings "
+                f"(make run allows it): {' '.join(exc.messages)}"
+            )
         self.stdout.write(
             f"Demo project {project.slug!r} {'created' if created else 'already present'}."
         )
