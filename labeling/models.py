@@ -566,3 +566,139 @@ class LabelExport(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} export {self.pk} of {self.snapshot}"
+
+
+# Synthesis (PADME, DESIGN.md section 11): steered preference pairs. These rows are the data,
+# whether a synthesis run of this product made them (graders) or an import brought them
+# (FORMATS.md "synthesis" and "synthesis_draw" records), so the funnel and the human validation
+# read one shape either way. Levels, steering text and votes are never shown to experts, filter
+# judges or evaluators.
+
+
+class Level(models.TextChoices):
+    BAD = "bad", "Bad"
+    OK = "ok", "OK"
+    GOOD = "good", "Good"
+
+
+LEVEL_ORDER = (Level.BAD, Level.OK, Level.GOOD)
+
+
+class Synthesis(models.Model):
+    """One set of steered pairs: its filter cascade (judge names, in order) and retries R."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="syntheses")
+    external_id = models.CharField(max_length=200)
+    judges = models.JSONField(default=list)
+    retries = models.PositiveSmallIntegerField(default=2)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "external_id"], name="synthesis_unique_id"),
+        ]
+
+    def __str__(self) -> str:
+        return self.external_id
+
+
+class SynthesisCell(models.Model):
+    """A (task, dimension) rolled out at two of the three levels (its contrast, lower level
+    first), by one agent model drawn for the cell. `steering` holds the writer's
+    {reasoning, bad, ok, good}; `error` says why a cell could not be filled."""
+
+    synthesis = models.ForeignKey(Synthesis, on_delete=models.CASCADE, related_name="cells")
+    external_id = models.CharField(max_length=200)
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="+")
+    dimension = models.ForeignKey(Dimension, on_delete=models.CASCADE, related_name="+")
+    low_level = models.CharField(max_length=4, choices=Level.choices)
+    high_level = models.CharField(max_length=4, choices=Level.choices)
+    agent = models.CharField(max_length=200, blank=True, default="")
+    steering = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["external_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["synthesis", "external_id"], name="synthesis_cell_unique_id"
+            ),
+            models.CheckConstraint(
+                condition=Q(low_level=Level.BAD, high_level__in=[Level.OK, Level.GOOD])
+                | Q(low_level=Level.OK, high_level=Level.GOOD),
+                name="synthesis_cell_contrast",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.external_id
+
+    @property
+    def contrast(self) -> str:
+        return f"{self.low_level}-{self.high_level}"
+
+
+class DrawOutcome(models.TextChoices):
+    PENDING = "pending", "Pending"
+    KEPT = "kept", "Kept"
+    VETOED = "vetoed", "Vetoed"
+    FAILED = "failed", "Failed"
+
+
+class SynthesisDraw(models.Model):
+    """One try at a cell: retry 0 is its first draw, and a vetoed cell is drawn again with the
+    same steering up to its synthesis's retries. The pair (low, high) implies a synthetic
+    preference for `high_response` on the cell's dimension."""
+
+    cell = models.ForeignKey(SynthesisCell, on_delete=models.CASCADE, related_name="draws")
+    retry = models.PositiveSmallIntegerField()
+    low_response = models.ForeignKey(
+        Response, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    high_response = models.ForeignKey(
+        Response, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    outcome = models.CharField(
+        max_length=8, choices=DrawOutcome.choices, default=DrawOutcome.PENDING
+    )
+    cost = models.FloatField(default=0.0)
+    error = models.TextField(blank=True, default="")
+    validation_sampled = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["cell", "retry"]
+        constraints = [
+            models.UniqueConstraint(fields=["cell", "retry"], name="synthesis_draw_unique_retry"),
+            models.CheckConstraint(
+                condition=Q(outcome__in=DrawOutcome.values), name="synthesis_draw_outcome"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cell} draw {self.retry}: {self.outcome}"
+
+
+class SynthesisVote(models.Model):
+    """One filter judge's forced choice on a draw, at its place in the cascade. `agrees` is
+    whether it chose the constructed label (null: no verdict after its re-asks, a veto);
+    `slot_order` 'ab' showed the lower level first; `answers` keeps every raw answer."""
+
+    draw = models.ForeignKey(SynthesisDraw, on_delete=models.CASCADE, related_name="votes")
+    position = models.PositiveSmallIntegerField()
+    judge = models.CharField(max_length=200)
+    agrees = models.BooleanField(null=True)
+    slot_order = models.CharField(max_length=2, blank=True, default="")
+    answers = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["draw", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["draw", "position"], name="synthesis_vote_unique"),
+            models.CheckConstraint(
+                condition=Q(slot_order__in=["", "ab", "ba"]), name="synthesis_vote_slot_order"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.judge} on {self.draw}: {self.agrees}"
