@@ -10,6 +10,7 @@ urlpatterns = [
     path("api/", include("graders.api_urls")),
     path("", include("graders.token_urls")),
     path("", include("graders.urls")),
+    path("", include("graders.synthesis.urls")),
     path("", include("reviews.urls")),
     path("", include("reviews.audit_urls")),
     path("", include("labeling.urls")),
