@@ -222,7 +222,7 @@ def test_the_run_usage_is_stored_at_most_once_a_second_and_exactly_at_chunk_end(
     now = [100.0]
     monkeypatch.setattr(grading.time, "monotonic", lambda: now[0])
     run = run_for(graded_project, judge, "scalar")
-    cache = grading.RunUsageCache("m", run)
+    cache = grading.RunUsageCache(judge, run)
     client = Usage()
     cache.chunk_start(client)
 
