@@ -226,7 +226,7 @@ REST_FRAMEWORK = {
 
 # Celery. The default broker keeps messages in files under var/, so the embedded setup needs no
 # server; CELERY_BROKER_URL=redis://... or amqp://... selects a real broker.
-BROKER_DIR = VAR_DIR / "broker"
+BROKER_DIR = Path(os.environ.get("WORKBENCH_BROKER_DIR", VAR_DIR / "broker"))
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
     CELERY_BROKER_TRANSPORT_OPTIONS = {

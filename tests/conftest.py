@@ -134,12 +134,13 @@ def celery_workers(request: Any, transactional_db: Any, tmp_path: Path) -> Itera
     ):
         pytest.skip("a worker process cannot share an in-memory SQLite test database")
     queue = f"test-{uuid.uuid4().hex[:8]}"
-    # The worker's settings put the file-system broker's folders under WORKBENCH_VAR_DIR.
+    # The worker's settings put the file-system broker's folders in WORKBENCH_BROKER_DIR.
     env = dict(
         os.environ,
         CELERY_BROKER_URL=broker,
         CELERY_TASK_DEFAULT_QUEUE=queue,
         WORKBENCH_VAR_DIR=str(tmp_path),
+        WORKBENCH_BROKER_DIR=str(tmp_path / "broker"),
         MEDIA_ROOT=str(django_settings.MEDIA_ROOT),
     )
     if connection.vendor == "postgresql":

@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 
 
@@ -45,3 +47,15 @@ def cache_backend(cache_url: str) -> str:
 def test_cache_url_puts_the_cache_in_redis_for_every_process() -> None:
     assert cache_backend("redis://127.0.0.1:6379/3") == "RedisCache ['redis://127.0.0.1:6379/3']"
     assert cache_backend("").startswith("LocMemCache")
+
+
+def test_the_tests_enqueue_on_a_broker_folder_of_their_own() -> None:
+    """A later `make run` worker reads var/broker: messages left there by the tests would name
+    rows only the test database had (it logged DoesNotExist for each)."""
+    from django.conf import settings
+
+    if not settings.CELERY_BROKER_URL.startswith("filesystem://"):
+        pytest.skip("the file-system broker is not in use (CELERY_BROKER_URL is set)")
+    assert settings.BROKER_DIR == settings.VAR_DIR / "test-broker"
+    folders = settings.CELERY_BROKER_TRANSPORT_OPTIONS
+    assert folders["data_folder_in"] == str(settings.VAR_DIR / "test-broker" / "queue")
