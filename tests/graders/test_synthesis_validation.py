@@ -290,6 +290,10 @@ def test_the_label_page_of_a_validation_pair_is_blind(strata: Synthesis, project
             client.get(reverse("label-revise", args=["acme", assignment.pk])).content.decode()
         )
         label_submit(assignment=assignment, label=LabelInput("left", 1, 2.0))
+    # The task's own page and API, which experts reach too, hold nothing of the synthesis.
+    pages.append(client.get(reverse("task-detail", args=["acme", "airline-0"])).content.decode())
+    pages.append(client.get(reverse("api-task", args=["acme", "airline-0"])).content.decode())
+    assert "Reply " in pages[-1]
     for html in pages:
         lowered = html.lower()
         for secret in secrets:
