@@ -4,7 +4,8 @@ human labels, handed to the pure Table 2 arithmetic (graders.engine.synthesis.va
 from collections import Counter
 from typing import Any
 
-from graders.charts import depth_accuracy_svg
+from django.db.models import QuerySet
+
 from graders.engine.synthesis.validation import (
     ValidationInput,
     ValidationPair,
@@ -13,10 +14,28 @@ from graders.engine.synthesis.validation import (
     validation_json,
     validation_report,
 )
-from graders.synthesis.validation_services import validation_eligible
-from labeling.models import Choice, Preference, Project, Provider, Synthesis, SynthesisDraw
+from labeling.models import (
+    Choice,
+    DrawOutcome,
+    Preference,
+    Project,
+    Provider,
+    Synthesis,
+    SynthesisDraw,
+)
 
 NO_DOMAIN = "(none)"
+
+
+def validation_eligible(*, synthesis: Synthesis) -> QuerySet[SynthesisDraw]:
+    """The first draws a sample may hold: cascade finished, both responses present."""
+    return SynthesisDraw.objects.filter(
+        cell__synthesis=synthesis,
+        retry=0,
+        outcome__in=[DrawOutcome.KEPT, DrawOutcome.VETOED],
+        low_response__isnull=False,
+        high_response__isnull=False,
+    )
 
 
 class SynthesisNotFound(LookupError):
@@ -140,7 +159,7 @@ def _depth_name(depth: int, judges: list[str]) -> str:
 
 
 def synthesis_validation_view(*, synthesis: Synthesis) -> dict[str, Any]:
-    """What the validation page shows: Table 2 with its chart, each judge's rejects, the
+    """What the validation page shows: Table 2, each judge's rejects, the
     labeling progress of the sample and its make-up by stratum."""
     data = validation_input(synthesis=synthesis)
     report: ValidationReport = validation_report(data)
@@ -161,9 +180,6 @@ def synthesis_validation_view(*, synthesis: Synthesis) -> dict[str, Any]:
     return {
         "report": report,
         "depths": depths,
-        "chart": depth_accuracy_svg(depths)
-        if any(r["accuracy"] is not None for r in depths)
-        else "",
         "progress": {
             "sampled": report.sampled,
             "complete": report.complete,

@@ -11,11 +11,11 @@ shows the two responses and the dimension and nothing of how they were made.
 from dataclasses import dataclass
 
 from django.db import transaction
-from django.db.models import QuerySet
 
 from graders.engine.synthesis.validation import VALIDATION_OVERLAP
 from graders.engine.synthesis.validation_sample import SampleCandidate, stratified_sample
-from labeling.models import DrawOutcome, Synthesis, SynthesisDraw
+from graders.synthesis.validation_selectors import validation_eligible
+from labeling.models import Synthesis, SynthesisDraw
 from labeling.queue import PinnedPair, queue_pairs_pin
 
 DEFAULT_SAMPLE_SIZE = 150
@@ -31,17 +31,6 @@ class SampleResult:
     eligible: int
     sampled: int
     added: int
-
-
-def validation_eligible(*, synthesis: Synthesis) -> QuerySet[SynthesisDraw]:
-    """The first draws a sample may hold: cascade finished, both responses present."""
-    return SynthesisDraw.objects.filter(
-        cell__synthesis=synthesis,
-        retry=0,
-        outcome__in=[DrawOutcome.KEPT, DrawOutcome.VETOED],
-        low_response__isnull=False,
-        high_response__isnull=False,
-    )
 
 
 def synthesis_validation_sample(*, synthesis: Synthesis, size: int, seed: int) -> SampleResult:

@@ -8,6 +8,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from graders.charts import depth_accuracy_svg
 from graders.synthesis.validation_forms import ValidationSampleForm
 from graders.synthesis.validation_selectors import synthesis_validation_view
 from graders.synthesis.validation_services import SampleRefused, synthesis_validation_sample
@@ -22,12 +23,15 @@ def _render(
     form: ValidationSampleForm | None,
     status: int = 200,
 ) -> HttpResponse:
+    view = synthesis_validation_view(synthesis=synthesis)
+    judged = any(row["accuracy"] is not None for row in view["depths"])
     context = {
         "access": access,
         "project": access.project,
         "synthesis": synthesis,
         "form": form,
-        **synthesis_validation_view(synthesis=synthesis),
+        "chart": depth_accuracy_svg(view["depths"]) if judged else "",
+        **view,
     }
     return render(request, "graders/synthesis_validation.html", context, status=status)
 

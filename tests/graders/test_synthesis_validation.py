@@ -259,6 +259,11 @@ def test_admin_takes_the_sample_from_the_page(
     assert "Sample: 4 of 12 first draws (4 new), queued for three labels each." in html
     assert "0 of 4 pairs have 3 labels" in html
     assert "No pair has 3 labels with a majority yet" in html
+    # The sample by stratum: three finished first draws each, one sampled from each.
+    for dimension in ("clarity", "friendliness"):
+        for domain in ("airline", "retail"):
+            row = f'<td>{dimension}</td><td>{domain}</td><td>bad-ok</td><td class="num">3</td>'
+            assert row + '<td class="num">1</td>' in html
     assert QueuePair.objects.count() == 4
 
 
