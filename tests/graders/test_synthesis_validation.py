@@ -219,6 +219,9 @@ def test_command_refuses_bad_input(project: Project) -> None:
     out = StringIO()
     call_command("synthesis_validation", "--project", "acme", "--synthesis", "one", stdout=out)
     assert out.getvalue().strip() == "No validation sample yet for synthesis 'one'."
+    synthesis_make(project, external_id="broken", judges=[])
+    with pytest.raises(CommandError, match="'broken': a synthesis needs at least one filter"):
+        call_command("synthesis_validation", "--project", "acme", "--synthesis", "broken")
 
 
 def test_page_shows_the_report_to_reviewers(

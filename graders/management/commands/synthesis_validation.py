@@ -39,7 +39,10 @@ class Command(BaseCommand):
             synthesis = synthesis_pick(project=project, external_id=options["synthesis"])
         except SynthesisNotFound as exc:
             raise CommandError(str(exc)) from exc
-        document = synthesis_validation_json(synthesis=synthesis)
+        try:
+            document = synthesis_validation_json(synthesis=synthesis)
+        except ValueError as exc:  # rows no writer should leave, e.g. votes after a veto
+            raise CommandError(f"synthesis {synthesis.external_id!r}: {exc}") from exc
         if options["json"]:
             self.stdout.write(json.dumps(document, allow_nan=False))
             return
