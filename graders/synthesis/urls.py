@@ -2,7 +2,7 @@
 
 from django.urls import URLPattern, path
 
-from graders.synthesis import validation_views
+from graders.synthesis import validation_api, validation_views
 
 VALIDATION = "p/<slug:slug>/syntheses/<int:synthesis_id>/validation/"
 
@@ -12,5 +12,11 @@ urlpatterns: list[URLPattern] = [
         VALIDATION + "sample/",
         validation_views.validation_sample,
         name="synthesis-validation-sample",
+    ),
+    # The synthesis's external id, as `synthesis_validation --synthesis ID` takes it.
+    path(
+        "api/projects/<slug:slug>/syntheses/<path:synthesis_id>/validation/",
+        validation_api.validation_get,
+        name="api-synthesis-validation",
     ),
 ]

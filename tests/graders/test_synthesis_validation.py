@@ -205,6 +205,16 @@ def test_a_synthetic_or_overall_label_is_not_a_human_one(labeled: Synthesis) -> 
     assert json.loads(out.getvalue()) == EXPECTED
 
 
+def test_api_serves_the_same_document_to_reviewers_only(
+    labeled: Synthesis, reviewer_user: User, expert_user: User
+) -> None:
+    url = reverse("api-synthesis-validation", args=["acme", "syn-SECRET"])
+    assert client_for(reviewer_user).get(url).json() == EXPECTED
+    assert client_for(expert_user).get(url).status_code == 403
+    missing = reverse("api-synthesis-validation", args=["acme", "nope/x"])
+    assert client_for(reviewer_user).get(missing).status_code == 404
+
+
 def test_command_refuses_bad_input(project: Project) -> None:
     with pytest.raises(CommandError, match="project 'nope' does not exist"):
         call_command("synthesis_validation", "--project", "nope")
@@ -309,3 +319,34 @@ def test_the_label_page_of_a_validation_pair_is_blind(strata: Synthesis, project
     # The slot order is drawn per assignment as for any pair.
     orders = set(QueueAssignment.objects.values_list("slot_order", flat=True))
     assert orders <= {"ab", "ba"}
+
+
+ROLES = ("admin", "expert", "reviewer", "outsider", "anonymous")
+
+
+@pytest.mark.parametrize(
+    ("method", "name", "expected"),
+    [
+        ("get", "synthesis-validation", (200, 403, 200, 404, 302)),
+        ("post", "synthesis-validation-sample", (302, 403, 403, 404, 302)),
+        ("get", "api-synthesis-validation", (200, 403, 200, 404, 403)),
+    ],
+)
+def test_access_matrix(
+    strata: Synthesis,
+    admin_user: User,
+    expert_user: User,
+    reviewer_user: User,
+    outsider: User,
+    method: str,
+    name: str,
+    expected: tuple[int, ...],
+) -> None:
+    users = {"admin": admin_user, "expert": expert_user, "reviewer": reviewer_user}
+    users["outsider"] = outsider
+    key = strata.external_id if name.startswith("api") else strata.pk
+    url = reverse(name, args=["acme", key])
+    for role, status in zip(ROLES, expected, strict=True):
+        client = client_for(users[role]) if role in users else Client()
+        response = getattr(client, method)(url, {"size": 2, "seed": 0} if method == "post" else {})
+        assert response.status_code == status, (role, name)
