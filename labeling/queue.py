@@ -165,41 +165,51 @@ def queue_pairs_pin(
     if overlap < 1:
         raise ValueError("overlap must be at least 1")
     queued = QueuePair.objects.filter(project=project)
+    ordered = [(*sorted((p.response_a, p.response_b)), p.dimension_id, p.task_id) for p in pairs]
+    existing = {
+        (row.response_a_id, row.response_b_id, row.dimension_id): row
+        for chunk in itertools.batched(sorted({a for a, _, _, _ in ordered}), 5000)
+        for row in queued.filter(response_a_id__in=chunk)
+    }
     blocks: dict[int | None, int] = {}
     last = queued.aggregate(last=Max("block"))["last"]
     next_block = 0 if last is None else last + 1
-    for pair in pairs:
-        a, b = sorted((pair.response_a, pair.response_b))
-        if pair.dimension_id not in blocks:
+    new, changed = [], []
+    for a, b, dimension_id, task_id in ordered:
+        if dimension_id not in blocks:
+            # Pinned pairs of the dimension first: queue_build aligns them with its own block
+            # for the dimension, and a stale served pair may linger in an old block number.
             block = (
-                queued.filter(dimension_id=pair.dimension_id)
-                .order_by(F("overlap").asc(nulls_first=True), "block")
+                queued.filter(dimension_id=dimension_id)
+                .order_by(F("overlap").asc(nulls_last=True), "block")
                 .values_list("block", flat=True)
                 .first()
             )
             if block is None:
                 block, next_block = next_block, next_block + 1
-            blocks[pair.dimension_id] = block
-        priority = PINNED_PRIORITY + random.Random(f"{seed}:{a}:{b}:{pair.dimension_id}").random()
-        row = queued.filter(
-            response_a_id=a, response_b_id=b, dimension_id=pair.dimension_id
-        ).first()
+            blocks[dimension_id] = block
+        priority = PINNED_PRIORITY + random.Random(f"{seed}:{a}:{b}:{dimension_id}").random()
+        row = existing.get((a, b, dimension_id))
         if row is None:
-            QueuePair.objects.create(
-                project=project,
-                task_id=pair.task_id,
-                response_a_id=a,
-                response_b_id=b,
-                dimension_id=pair.dimension_id,
-                block=blocks[pair.dimension_id],
-                priority=priority,
-                strategy=strategy,
-                overlap=overlap,
+            new.append(
+                QueuePair(
+                    project=project,
+                    task_id=task_id,
+                    response_a_id=a,
+                    response_b_id=b,
+                    dimension_id=dimension_id,
+                    block=blocks[dimension_id],
+                    priority=priority,
+                    strategy=strategy,
+                    overlap=overlap,
+                )
             )
         elif row.overlap is None or row.overlap < overlap or row.strategy != strategy:
             row.overlap = max(overlap, row.overlap or 0, project.overlap)
             row.strategy, row.priority = strategy, priority
-            row.save(update_fields=["overlap", "strategy", "priority"])
+            changed.append(row)
+    QueuePair.objects.bulk_create(new, batch_size=2000)
+    QueuePair.objects.bulk_update(changed, ["overlap", "strategy", "priority"], batch_size=2000)
     _slots_fill(project)
     return len(pairs)
 

@@ -5,8 +5,9 @@ from django import forms
 from graders.synthesis.validation_services import DEFAULT_SAMPLE_SIZE
 from labeling.models import INT_FIELD_MAX
 
-# Far beyond any panel's labeling capacity (three labels per pair).
-MAX_SAMPLE_SIZE = 100_000
+# Far beyond a panel's labeling capacity (three labels per pair: 15,000 labels), and small
+# enough that the ids of a sample's responses fit one SQLite query (at most 32,766 variables).
+MAX_SAMPLE_SIZE = 5_000
 
 
 class ValidationSampleForm(forms.Form):

@@ -164,17 +164,8 @@ def synthesis_validation_view(*, synthesis: Synthesis) -> dict[str, Any]:
     data = validation_input(synthesis=synthesis)
     report: ValidationReport = validation_report(data)
     depths = [
-        {
-            "depth": row.depth,
-            "name": _depth_name(row.depth, list(data.judges)),
-            "pairs": row.pairs,
-            "yield": row.yield_,
-            "judged": row.judged,
-            "accuracy": row.accuracy,
-            "ci": None if row.ci is None else [row.ci.low, row.ci.high],
-            "krippendorff_alpha": row.krippendorff_alpha,
-        }
-        for row in report.depths
+        {**row, "name": _depth_name(row["depth"], list(data.judges)), "judged": depth.judged}
+        for row, depth in zip(validation_json(report)["depths"], report.depths, strict=True)
     ]
     labels = sum(min(len(p.human), data.min_labels) for p in data.pairs)
     return {
