@@ -54,14 +54,12 @@ def curve_svg(curve: Sequence[Point]) -> SafeString:
     one line per split for the best candidate so far, each point with its 95% interval."""
     rounds = [p["iteration"] for p in curve] or [0]
     low, high = min(rounds), max(rounds)
-    plot_w, plot_h = WIDTH - LEFT - RIGHT - 2 * INSET, HEIGHT - TOP - BOTTOM
+    plot_w = WIDTH - LEFT - RIGHT - 2 * INSET
+    y_of = _unit_y
 
     def x_of(iteration: float) -> float:
         offset = plot_w / 2 if high == low else plot_w * (iteration - low) / (high - low)
         return LEFT + INSET + offset
-
-    def y_of(value: float) -> float:
-        return TOP + plot_h * (1 - min(max(value, 0.0), 1.0))
 
     parts = [
         format_html(
@@ -74,7 +72,12 @@ def curve_svg(curve: Sequence[Point]) -> SafeString:
             WIDTH,
             HEIGHT,
         ),
-        _axes(rounds, x_of, y_of),
+        _axes(
+            [(x_of(r), str(r)) for r in sorted(set(rounds))],
+            y_of,
+            x_label="Round",
+            y_label="Tolerant ranking accuracy",
+        ),
         *(_series(curve, key, nudge, x_of, y_of) for key, _, nudge in SERIES),
         _legend(),
         mark_safe("</svg>"),
@@ -83,8 +86,13 @@ def curve_svg(curve: Sequence[Point]) -> SafeString:
 
 
 def _axes(
-    rounds: Sequence[int], x_of: Callable[[float], float], y_of: Callable[[float], float]
+    ticks: Sequence[tuple[float, str]],
+    y_of: Callable[[float], float],
+    *,
+    x_label: str,
+    y_label: str,
 ) -> SafeString:
+    """Grid lines at Y_TICKS, the x ticks (position, text) and both axis labels."""
     left, right, bottom = LEFT, WIDTH - RIGHT, HEIGHT - BOTTOM
     grid = format_html_join(
         "",
@@ -95,27 +103,29 @@ def _axes(
             for t in Y_TICKS
         ),
     )
-    ticks = format_html_join(
+    x_ticks = format_html_join(
         "",
         '<text class="tick" x="{}" y="{}" text-anchor="middle">{}</text>',
-        ((_n(x_of(r)), bottom + 16, r) for r in sorted(set(rounds))),
+        ((_n(x), bottom + 16, text) for x, text in ticks),
     )
     middle = (TOP + bottom) / 2
     labels = format_html(
         '<line class="axis" x1="{}" y1="{}" x2="{}" y2="{}"/>'
-        '<text class="axis-label" x="{}" y="{}" text-anchor="middle">Round</text>'
+        '<text class="axis-label" x="{}" y="{}" text-anchor="middle">{}</text>'
         '<text class="axis-label" x="16" y="{}" text-anchor="middle" '
-        'transform="rotate(-90 16 {})">Tolerant ranking accuracy</text>',
+        'transform="rotate(-90 16 {})">{}</text>',
         left,
         bottom,
         right,
         bottom,
         _n((left + right) / 2),
         bottom + 34,
+        x_label,
         _n(middle),
         _n(middle),
+        y_label,
     )
-    return mark_safe(grid + ticks + labels)
+    return mark_safe(grid + x_ticks + labels)
 
 
 def _series(
@@ -138,12 +148,8 @@ def _series(
         x, y = x_of(point["iteration"]) + nudge, y_of(value)
         segment.append(f"{_n(x)},{_n(y)}")
         interval = point.get(f"{key}_ci")
-        if interval:
-            top, bottom = _n(y_of(interval[1])), _n(y_of(interval[0]))
-            left, right = _n(x - 4), _n(x + 4)
-            whisker = f"M{_n(x)},{top}V{bottom}M{left},{top}H{right}M{left},{bottom}H{right}"
-            parts.append(format_html('<path class="whisker {}" d="{}"/>', key, whisker))
-        interval_text = f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else ""
+        parts.append(_whisker(key, x, interval, y_of))
+        interval_text = _interval_text(interval)
         parts.append(
             format_html(
                 '<circle class="point {}" cx="{}" cy="{}" r="4"><title>Round {}, {}: {} {}{}'
@@ -160,6 +166,84 @@ def _series(
         )
     parts.append(_polyline(key, segment))
     return mark_safe("".join(parts))
+
+
+def depth_accuracy_svg(depths: Sequence[Point]) -> SafeString:
+    """Synthetic-label accuracy against the human majority per filter depth D_k (a synthesis's
+    validation, PADME Table 2), each with its 95% interval; depths without judged pairs have
+    no point. `depths` are rows with depth, accuracy, ci ([low, high] or None) and judged."""
+    plot_w = WIDTH - LEFT - RIGHT - 2 * INSET
+    count = max(len(depths), 1)
+
+    y_of = _unit_y
+
+    def x_of(index: float) -> float:
+        return LEFT + INSET + (plot_w / 2 if count == 1 else plot_w * index / (count - 1))
+
+    parts = [
+        format_html(
+            '<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {} {}" '
+            'role="img" aria-labelledby="depth-title depth-desc">'
+            '<title id="depth-title">Label accuracy by filter depth</title>'
+            '<desc id="depth-desc">Share of validated pairs whose human majority agrees with '
+            "the synthetic label, among the pairs surviving the first k filter judges, with "
+            "95% bootstrap intervals. The table beside gives the same numbers.</desc>",
+            WIDTH,
+            HEIGHT,
+        ),
+        _axes(
+            [(x_of(i), f"D_{row['depth']}") for i, row in enumerate(depths)],
+            y_of,
+            x_label="Filter depth",
+            y_label="Synthetic-label accuracy",
+        ),
+    ]
+    segment: list[str] = []
+    for index, row in enumerate(depths):
+        if row.get("accuracy") is None:
+            parts.append(_polyline("accuracy", segment))
+            segment = []
+            continue
+        x, y = x_of(index), y_of(row["accuracy"])
+        segment.append(f"{_n(x)},{_n(y)}")
+        interval = row.get("ci")
+        parts.append(_whisker("accuracy", x, interval, y_of))
+        parts.append(
+            format_html(
+                '<circle class="point accuracy" cx="{}" cy="{}" r="4"><title>D_{}: accuracy {} '
+                "over {} pairs{}</title></circle>",
+                _n(x),
+                _n(y),
+                row["depth"],
+                f"{row['accuracy']:.3f}",
+                row.get("judged", ""),
+                _interval_text(interval),
+            )
+        )
+    parts.append(_polyline("accuracy", segment))
+    parts.append(mark_safe("</svg>"))
+    return mark_safe("".join(parts))
+
+
+def _unit_y(value: float) -> float:
+    """The plot's y coordinate of a value in [0, 1] (clamped onto the plot)."""
+    return TOP + (HEIGHT - TOP - BOTTOM) * (1 - min(max(value, 0.0), 1.0))
+
+
+def _whisker(
+    key: str, x: float, interval: Sequence[float] | None, y_of: Callable[[float], float]
+) -> str:
+    """The 95% interval at x as a vertical bar with caps; nothing without an interval."""
+    if not interval:
+        return ""
+    top, bottom = _n(y_of(interval[1])), _n(y_of(interval[0]))
+    left, right = _n(x - 4), _n(x + 4)
+    path = f"M{_n(x)},{top}V{bottom}M{left},{top}H{right}M{left},{bottom}H{right}"
+    return format_html('<path class="whisker {}" d="{}"/>', key, path)
+
+
+def _interval_text(interval: Sequence[float] | None) -> str:
+    return f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else ""
 
 
 def _polyline(key: str, segment: Sequence[str]) -> str:

@@ -457,11 +457,17 @@ class QueuePair(models.Model):
     block = models.PositiveIntegerField(default=0)
     priority = models.FloatField(default=0.0)
     strategy = models.CharField(max_length=50, default="")
+    # Labels wanted; null: the project's overlap. A pair with its own overlap was queued as
+    # such by another part (a synthesis validation sample): queue_build leaves it alone.
+    overlap = models.PositiveSmallIntegerField(null=True, blank=True)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(
                 "response_a", "response_b", Coalesce("dimension", 0), name="queue_pair_unique"
+            ),
+            models.CheckConstraint(
+                condition=Q(overlap__isnull=True) | Q(overlap__gte=1), name="queue_pair_overlap"
             ),
             models.CheckConstraint(
                 condition=Q(response_a__lt=models.F("response_b")), name="queue_pair_ordered"

@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, OuterRef, Q, Subquery
+from django.db.models import Exists, F, Max, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from labeling.imports import preference_same
@@ -120,25 +120,115 @@ def queue_build(
             _pairs_upsert(project, list(chunk), dimension)
         _pairs_prune(project, dimension, {(r.response_a_id, r.response_b_id) for r in rows})
         total += len(rows)
+    _pinned_blocks_align(project, dimensions)
     _slots_fill(project)
     return total
 
 
+def _pinned_blocks_align(project: Project, dimensions: list[Dimension | None]) -> None:
+    """Put pinned pairs in the block of their dimension, or in blocks after the built ones, so
+    that a block keeps holding one dimension (its introduction shows once per block)."""
+    blocks = {None if d is None else d.pk: i for i, d in enumerate(dimensions)}
+    pinned = QueuePair.objects.filter(project=project, overlap__isnull=False)
+    extra = sorted(
+        {d for d in pinned.values_list("dimension_id", flat=True) if d not in blocks},
+        key=lambda d: (d is not None, d or 0),
+    )
+    blocks.update({d: len(dimensions) + i for i, d in enumerate(extra)})
+    for dimension_id, block in blocks.items():
+        pinned.filter(dimension_id=dimension_id).exclude(block=block).update(block=block)
+
+
+@dataclass(frozen=True)
+class PinnedPair:
+    """A pair another part wants labeled as it is (say a synthesis draw's two responses)."""
+
+    task_id: int
+    response_a: int
+    response_b: int
+    dimension_id: int | None
+
+
+# Above every CoverageFirst priority (at most 2): pinned pairs come first within their block.
+PINNED_PRIORITY = 2.0
+
+
+@transaction.atomic
+def queue_pairs_pin(
+    *, project: Project, pairs: list[PinnedPair], overlap: int, strategy: str, seed: int = 0
+) -> int:
+    """Queue exactly these pairs with `overlap` slots each, whatever queue_build selects: it
+    never prunes or reprioritizes them. A pair already queued keeps its labels and claims and
+    gets the larger overlap. Each dimension's pairs join the block that dimension already has
+    (else a new block at the end), first within it, in a seeded random order. Pinning the
+    same pairs again changes nothing. Returns the number of pairs pinned."""
+    if overlap < 1:
+        raise ValueError("overlap must be at least 1")
+    queued = QueuePair.objects.filter(project=project)
+    ordered = [(*sorted((p.response_a, p.response_b)), p.dimension_id, p.task_id) for p in pairs]
+    existing = {
+        (row.response_a_id, row.response_b_id, row.dimension_id): row
+        for chunk in itertools.batched(sorted({a for a, _, _, _ in ordered}), 5000)
+        for row in queued.filter(response_a_id__in=chunk)
+    }
+    blocks: dict[int | None, int] = {}
+    last = queued.aggregate(last=Max("block"))["last"]
+    next_block = 0 if last is None else last + 1
+    new, changed = [], []
+    for a, b, dimension_id, task_id in ordered:
+        if dimension_id not in blocks:
+            # Pinned pairs of the dimension first: queue_build aligns them with its own block
+            # for the dimension, and a stale served pair may linger in an old block number.
+            block = (
+                queued.filter(dimension_id=dimension_id)
+                .order_by(F("overlap").asc(nulls_last=True), "block")
+                .values_list("block", flat=True)
+                .first()
+            )
+            if block is None:
+                block, next_block = next_block, next_block + 1
+            blocks[dimension_id] = block
+        priority = PINNED_PRIORITY + random.Random(f"{seed}:{a}:{b}:{dimension_id}").random()
+        row = existing.get((a, b, dimension_id))
+        if row is None:
+            new.append(
+                QueuePair(
+                    project=project,
+                    task_id=task_id,
+                    response_a_id=a,
+                    response_b_id=b,
+                    dimension_id=dimension_id,
+                    block=blocks[dimension_id],
+                    priority=priority,
+                    strategy=strategy,
+                    overlap=overlap,
+                )
+            )
+        elif row.overlap is None or row.overlap < overlap or row.strategy != strategy:
+            row.overlap = max(overlap, row.overlap or 0, project.overlap)
+            row.strategy, row.priority = strategy, priority
+            changed.append(row)
+    QueuePair.objects.bulk_create(new, batch_size=2000)
+    QueuePair.objects.bulk_update(changed, ["overlap", "strategy", "priority"], batch_size=2000)
+    _slots_fill(project)
+    return len(pairs)
+
+
 def _pairs_upsert(project: Project, rows: list[QueuePair], dimension: Dimension | None) -> None:
     existing = {
-        (a, b): pk
-        for pk, a, b in QueuePair.objects.filter(
+        (a, b): (pk, overlap)
+        for pk, a, b, overlap in QueuePair.objects.filter(
             project=project,
             dimension=dimension,
             response_a_id__in=[r.response_a_id for r in rows],
-        ).values_list("pk", "response_a_id", "response_b_id")
+        ).values_list("pk", "response_a_id", "response_b_id", "overlap")
     }
     new, changed = [], []
     for row in rows:
-        pk = existing.get((row.response_a_id, row.response_b_id))
+        pk, overlap = existing.get((row.response_a_id, row.response_b_id), (None, None))
         if pk is None:
             new.append(row)
-        else:
+        elif overlap is None:  # a pinned pair (its own overlap) keeps its priority
             row.pk = pk
             changed.append(row)
     QueuePair.objects.bulk_create(new)
@@ -152,9 +242,9 @@ def _pairs_prune(
     (their labels and assignments stay meaningful)."""
     stale = [
         pk
-        for pk, a, b in QueuePair.objects.filter(project=project, dimension=dimension).values_list(
-            "pk", "response_a_id", "response_b_id"
-        )
+        for pk, a, b in QueuePair.objects.filter(
+            project=project, dimension=dimension, overlap__isnull=True
+        ).values_list("pk", "response_a_id", "response_b_id")
         if (a, b) not in wanted
     ]
     for chunk in itertools.batched(stale, 5000):
@@ -162,15 +252,16 @@ def _pairs_prune(
 
 
 def _slots_fill(project: Project) -> None:
-    """Give every pair `overlap` slots and copy the pair's ordering fields onto open slots."""
+    """Give every pair its overlap in slots (its own, else the project's) and copy the pair's
+    ordering fields onto open slots."""
     slots: dict[int, int] = {}
     for pair_id in QueueSlot.objects.filter(project=project).values_list("pair_id", flat=True):
         slots[pair_id] = slots.get(pair_id, 0) + 1
     new = []
-    for pair_id, block, priority in QueuePair.objects.filter(project=project).values_list(
-        "pk", "block", "priority"
+    for pair_id, block, priority, overlap in QueuePair.objects.filter(project=project).values_list(
+        "pk", "block", "priority", "overlap"
     ):
-        for _ in range(project.overlap - slots.get(pair_id, 0)):
+        for _ in range((overlap or project.overlap) - slots.get(pair_id, 0)):
             new.append(QueueSlot(pair_id=pair_id, project=project, block=block, priority=priority))
     for chunk in itertools.batched(new, 5000):
         QueueSlot.objects.bulk_create(chunk)

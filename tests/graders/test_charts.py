@@ -3,7 +3,7 @@
 import re
 from typing import Any
 
-from graders.charts import curve_svg, curve_warning
+from graders.charts import curve_svg, curve_warning, depth_accuracy_svg
 
 HOSTILE = "<script>alert(1)</script>"
 
@@ -80,3 +80,20 @@ def test_points_are_placed_by_round_and_accuracy() -> None:
 def test_a_single_round_is_drawn_in_the_middle() -> None:
     svg = str(curve_svg([point(0, 0.5, 0.4)]))
     assert svg.count('class="point selection"') == 1 and svg.count('class="point eval"') == 1
+
+
+def test_depth_chart_draws_one_point_and_interval_per_judged_depth() -> None:
+    depths = [
+        {"depth": 0, "accuracy": 0.5, "ci": [0.25, 0.75], "judged": 8},
+        {"depth": 1, "accuracy": None, "ci": None, "judged": 0},
+        {"depth": 2, "accuracy": 1.0, "ci": [1.0, 1.0], "judged": 2},
+    ]
+    svg = str(depth_accuracy_svg(depths))
+    # Plot from y=16 (1.0) to y=228 (0.0): 0.5 at 122, 0.75 at 69, 0.25 at 175.
+    assert svg.count('<circle class="point accuracy"') == 2
+    assert 'cy="122.0"' in svg and 'cy="16.0"' in svg
+    assert 'd="M80.0,69.0V175.0' in svg  # D_0 sits at the left inset: 64 + 16
+    assert "D_0: accuracy 0.500 over 8 pairs [0.250, 0.750]" in svg
+    # Every depth has its tick, the one without a point included; no line across the gap.
+    assert all(f">D_{k}</text>" in svg for k in range(3))
+    assert "<polyline" not in svg

@@ -8,8 +8,26 @@ from django.db import connection
 from django.utils import timezone
 
 from labeling.imports import jsonl_import
-from labeling.models import Annotator, Preference, Project, QueueAssignment, QueuePair, QueueSlot
-from labeling.queue import LabelInput, LabelRejected, label_submit, pair_claim_next, queue_build
+from labeling.models import (
+    Annotator,
+    Dimension,
+    Preference,
+    Project,
+    QueueAssignment,
+    QueuePair,
+    QueueSlot,
+    Response,
+)
+from labeling.queue import (
+    PINNED_PRIORITY,
+    LabelInput,
+    LabelRejected,
+    PinnedPair,
+    label_submit,
+    pair_claim_next,
+    queue_build,
+    queue_pairs_pin,
+)
 from labeling.strategies import CandidatePair, CoverageFirst
 from tests.labeling.helpers import write_jsonl
 
@@ -258,3 +276,63 @@ def test_rebuilding_drops_pairs_no_longer_wanted_unless_served(
     queue_build(project=project, strategy=CoverageFirst(), dimensions=[None], pairs_per_task=4)
     remaining = set(QueuePair.objects.values_list("pk", flat=True))
     assert served.pair_id in remaining and len(remaining) <= 5
+
+
+def _pin_first_pair_of(project: Project, task: str, dimension: Dimension) -> PinnedPair:
+    a, b = Response.objects.filter(task__external_id=task).order_by("-pk")[:2]
+    return PinnedPair(a.task_id, a.pk, b.pk, dimension.pk)
+
+
+def test_pinned_pairs_keep_their_overlap_and_survive_rebuilds(
+    project: Project, tmp_path: Path
+) -> None:
+    jsonl_import(
+        project=project, path=write_jsonl(tmp_path / "q.jsonl", tasks_with_responses(2, 5))
+    )
+    tone = Dimension.objects.create(project=project, name="tone")
+    pinned = _pin_first_pair_of(project, "t1", tone)
+    assert queue_pairs_pin(project=project, pairs=[pinned], overlap=3, strategy="check") == 1
+    pair = QueuePair.objects.get()
+    # Stored in id order whatever order it came in; three slots although the project wants one.
+    assert (pair.response_a_id, pair.response_b_id) == (pinned.response_b, pinned.response_a)
+    assert (pair.overlap, pair.block, pair.strategy) == (3, 0, "check")
+    assert QueueSlot.objects.filter(pair=pair).count() == 3
+    # Pinning again adds nothing.
+    queue_pairs_pin(project=project, pairs=[pinned], overlap=3, strategy="check")
+    assert QueuePair.objects.count() == 1 and QueueSlot.objects.count() == 3
+    # A build that selects other pairs neither prunes nor reprioritizes it, and moves it to the
+    # block its dimension gets in the build.
+    other = Dimension.objects.create(project=project, name="other")
+    queue_build(
+        project=project, strategy=CoverageFirst(), dimensions=[other, tone], pairs_per_task=1
+    )
+    pair.refresh_from_db()
+    assert (pair.overlap, pair.block, pair.strategy) == (3, 1, "check")
+    assert pair.priority >= PINNED_PRIORITY
+    assert QueueSlot.objects.filter(pair=pair).count() == 3
+    # A build without its dimension puts it after the built blocks.
+    queue_build(project=project, strategy=CoverageFirst(), dimensions=[None], pairs_per_task=1)
+    pair.refresh_from_db()
+    assert pair.block == 1
+    assert set(QueuePair.objects.filter(block=1).values_list("dimension", flat=True)) == {tone.pk}
+
+
+def test_pinning_a_pair_the_build_queued_raises_its_overlap_and_keeps_its_labels(
+    project: Project, tmp_path: Path
+) -> None:
+    jsonl_import(
+        project=project, path=write_jsonl(tmp_path / "q.jsonl", tasks_with_responses(1, 2))
+    )
+    tone = Dimension.objects.create(project=project, name="tone")
+    queue_build(project=project, strategy=CoverageFirst(), dimensions=[tone])
+    (alice,) = annotators(project, "alice")
+    served = pair_claim_next(project=project, annotator=alice)
+    assert served is not None
+    label_submit(assignment=served, label=LabelInput("left", 2, 3.0))
+    queue_pairs_pin(
+        project=project, pairs=[_pin_first_pair_of(project, "t0", tone)], overlap=3, strategy="s"
+    )
+    pair = QueuePair.objects.get()
+    assert pair.overlap == 3 and QueueSlot.objects.filter(pair=pair).count() == 3
+    assert QueueSlot.objects.filter(pair=pair, done_at__isnull=False).count() == 1
+    assert Preference.objects.filter(is_current=True).count() == 1
