@@ -60,7 +60,9 @@ def _settings_check(
     max_cost: float | None,
 ) -> None:
     if any(e is not None and e.project_id != project.pk for e in endpoints):
-        raise SynthesisInvalid("every endpoint (agents, writer, judges, user) must be this project's")
+        raise SynthesisInvalid(
+            "every endpoint (agents, writer, judges, user) must be this project's"
+        )
     if any(d.project_id != project.pk for d in dimensions):
         raise SynthesisInvalid("every dimension must be this project's")
     if not dimensions:
@@ -136,7 +138,9 @@ def synthesis_start(
     if mode == RolloutMode.WEBHOOK:
         from graders.synthesis.webhook import webhook_url_check
 
-        webhook_url_check(webhook_url)
+        problem = webhook_url_check(webhook_url)
+        if problem:
+            raise SynthesisInvalid(problem)
     tasks = scope_tasks(project=project, split=split, domain=domain)
     if not tasks:
         raise SynthesisInvalid(f"no tasks in {split or domain or 'the project'} to synthesize on")
@@ -192,6 +196,7 @@ def _cells_store(
         dimensions=sorted(d.name for d in dimensions),
         agents=sorted(a.name for a in agents),
         seed=run.seed,
+        domains={t.external_id: t.domain or "general" for t in tasks},
     )
     task_pks = {t.external_id: t.pk for t in tasks}
     dimension_pks = {d.name: d.pk for d in dimensions}

@@ -14,7 +14,6 @@ meanwhile is in the judge cache, so a resume gets it again for free."""
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import asdict
 from typing import Any
 
 from django.db import transaction
@@ -59,7 +58,7 @@ class RowCellStore:
     def __init__(
         self,
         run: SynthesisRun,
-        bridge: DatabaseJudgeCache,
+        bridge: DatabaseJudgeCache | None,
         *,
         changed: Callable[[], None],
         stopped: Callable[[], bool],
@@ -68,9 +67,11 @@ class RowCellStore:
         self._changed, self._stopped = changed, stopped
         cells = SynthesisCell.objects.filter(synthesis=run.synthesis).select_related("task")
         self.cells: dict[str, SynthesisCell] = {c.external_id: c for c in cells}
-        self._draws: dict[tuple[str, int], SynthesisDraw] = {}
+        self.draws: dict[tuple[str, int], SynthesisDraw] = {}
         self._rollouts: dict[tuple[str, int, str], Rollout] = {}
         self._votes: dict[tuple[str, int, int], Vote] = {}
+        # Cells a HarnessRoller stopped at a rollout their harness has not sent yet.
+        self.waiting: set[str] = set()
         self._load()
 
     def _load(self) -> None:
@@ -81,7 +82,7 @@ class RowCellStore:
         )
         for draw in draws:
             cell = self.cells[keys[draw.cell_id]]
-            self._draws[(cell.external_id, draw.retry)] = draw
+            self.draws[(cell.external_id, draw.retry)] = draw
             for level, pk in ((cell.low_level, draw.low_response_id),
                               (cell.high_level, draw.high_response_id)):  # fmt: skip
                 if pk is not None:
@@ -109,25 +110,31 @@ class RowCellStore:
     def vote(self, cell: CellPlan, retry: int, position: int) -> Vote | None:
         return self._votes.get((cell.key, retry, position))
 
-    def draw_ended(self, cell: CellPlan, retry: int) -> bool:
-        draw = self._draws.get((cell.key, retry))
-        return draw is not None and draw.outcome != DrawOutcome.PENDING
+    def rollout_stored(self, key: str, retry: int, level: str) -> bool:
+        return (key, retry, level) in self._rollouts
+
+    def draw_outcome(self, key: str, retry: int) -> str | None:
+        draw = self.draws.get((key, retry))
+        return None if draw is None else draw.outcome
 
     # Writes: on the database thread ----------------------------------------------------------
 
-    def _write(self, function: Callable[..., None], *args: Any) -> None:
-        self._bridge.call(self._guarded, function, *args)
+    def _write(self, function: Callable[..., None], key: str, *args: Any) -> None:
+        assert self._bridge is not None, "a store without a bridge is written from its thread"
+        self._bridge.call(self._guarded, function, key, *args)
 
-    def _guarded(self, function: Callable[..., None], *args: Any) -> None:
-        if self._stopped():
+    def _guarded(self, function: Callable[..., None], key: str, *args: Any) -> None:
+        # A cell waiting for its harness stopped on purpose: what the engine makes of that
+        # (a failed draw) is not an outcome.
+        if self._stopped() or key in self.waiting:
             return
-        function(*args)
+        function(key, *args)
 
     def steering_put(self, cell: CellPlan, steering: Steering) -> None:
-        self._write(self._steering_save, cell.key, steering)
+        self._write(self.steering_save, cell.key, steering)
 
     def rollout_put(self, cell: CellPlan, retry: int, level: str, rollout: Rollout) -> None:
-        self._write(self._rollout_save, cell.key, retry, level, rollout)
+        self._write(self.rollout_save, cell.key, retry, level, rollout)
 
     def vote_put(self, cell: CellPlan, retry: int, vote: Vote) -> None:
         self._write(self._vote_save, cell.key, retry, vote)
@@ -138,22 +145,24 @@ class RowCellStore:
     def cell_fail(self, cell: CellPlan, reason: str) -> None:
         self._write(self._cell_fail_save, cell.key, reason)
 
-    def _steering_save(self, key: str, steering: Steering) -> None:
+    # The database thread's side: also called directly by an import of harness rollouts.
+
+    def steering_save(self, key: str, steering: Steering) -> None:
         row = self.cells[key]
         if row.steering:  # written once; a retry keeps the cell's first steering
             return
-        row.steering = asdict(steering)
+        row.steering = steering.as_dict()
         SynthesisCell.objects.filter(pk=row.pk).update(steering=row.steering)
 
     def _draw(self, key: str, retry: int) -> SynthesisDraw:
-        draw = self._draws.get((key, retry))
+        draw = self.draws.get((key, retry))
         if draw is None:
             draw, _ = SynthesisDraw.objects.get_or_create(cell=self.cells[key], retry=retry)
-            self._draws[(key, retry)] = draw
+            self.draws[(key, retry)] = draw
         return draw
 
     @transaction.atomic
-    def _rollout_save(self, key: str, retry: int, level: str, rollout: Rollout) -> None:
+    def rollout_save(self, key: str, retry: int, level: str, rollout: Rollout) -> None:
         cell = self.cells[key]
         draw = self._draw(key, retry)
         field = "low_response" if level == cell.low_level else "high_response"
@@ -176,9 +185,10 @@ class RowCellStore:
         draw.save(update_fields=[field, "cost"])
         self._rollouts[(key, retry, level)] = rollout
 
+    @transaction.atomic
     def _vote_save(self, key: str, retry: int, vote: Vote) -> None:
         draw = self._draw(key, retry)
-        SynthesisVote.objects.get_or_create(
+        _, created = SynthesisVote.objects.get_or_create(
             draw=draw,
             position=vote.position,
             defaults={
@@ -188,6 +198,9 @@ class RowCellStore:
                 "answers": list(vote.answers),
             },
         )
+        if created and vote.cost:
+            draw.cost += vote.cost
+            draw.save(update_fields=["cost"])
         self._votes[(key, retry, vote.position)] = vote
 
     @transaction.atomic
@@ -230,9 +243,8 @@ class RowCellStore:
 
 def _rollout(response: Response) -> Rollout:
     stored = (response.metadata or {}).get("rollout", {})
-    content = response.content if response.messages is None or response.content else None
     return Rollout(
-        content=content,
+        content=response.content if response.messages is None else None,
         messages=response.messages,
         cost=float(stored.get("cost", 0.0)),
         calls=int(stored.get("calls", 0)),
