@@ -32,9 +32,10 @@ def synthesis_run_task(run_id: int) -> dict[str, Any]:
 def jobs_recover(**_: Any) -> None:
     """Send again the searches, synthesis runs and grading runs a dead worker left running. A
     broker may hold their messages until a visibility timeout (Redis) or may have lost them
-    (the file-system broker), so a starting worker does not wait for it. A search whose holder is alive keeps
-    its lease and the extra message only looks again later; a grading run's tasks are claimed
-    by conditional update, so a second delivery repeats nothing."""
+    (the file-system broker), so a starting worker does not wait for it. A search or synthesis
+    run whose holder is alive keeps its lease and the extra message only looks again later; a
+    grading run's tasks are claimed by conditional update, so a second delivery repeats
+    nothing."""
     from graders.models import GradingRun, SearchRun, SynthesisRun
     from labeling.models import JobStatus
 

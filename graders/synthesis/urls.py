@@ -1,5 +1,16 @@
 """The synthesis pages: runs, the funnel, human validation and the evaluator sweep."""
 
-from django.urls import URLPattern
+from django.urls import URLPattern, path
 
-urlpatterns: list[URLPattern] = []
+from graders.synthesis import views
+
+RUN = "p/<slug:slug>/synthesis/<int:run_id>/"
+
+urlpatterns: list[URLPattern] = [
+    path("p/<slug:slug>/synthesis/", views.synthesis_runs_page, name="synthesis-runs"),
+    path(RUN, views.synthesis_run_page, name="synthesis-run"),
+    path(RUN + "cancel/", views.synthesis_run_cancel, name="synthesis-run-cancel"),
+    path(RUN + "resume/", views.synthesis_run_resume, name="synthesis-run-resume"),
+    path(RUN + "jobs.jsonl", views.harness_jobs_download, name="synthesis-harness-jobs"),
+    path(RUN + "trajectories/", views.harness_trajectories_upload, name="synthesis-harness-import"),
+]
