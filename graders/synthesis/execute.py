@@ -18,7 +18,8 @@ from collections.abc import Callable
 from contextlib import AsyncExitStack
 from typing import Any
 
-from graders.engine.judge import Budget, JudgeClient, Usage
+from graders.engine.judge import Budget, BudgetExhausted, CallsStopped, JudgeClient, Usage
+from graders.engine.synthesis.pipeline import cells_run
 from graders.engine.synthesis.plan import CellPlan
 from graders.engine.synthesis.rollout import Roller
 from graders.engine.synthesis.types import DimensionSpec, SynthesisTask
@@ -185,7 +186,13 @@ class SynthesisPass:
         }
         dimensions = {d.name: DimensionSpec(d.name, d.description) for d in run.dimensions.all()}
         if plans:
-            bridge.run(self._cells_run(bridge, store, plans, tasks, dimensions))
+            try:
+                bridge.run(self._cells_run(bridge, store, plans, tasks, dimensions))
+            except (BudgetExhausted, CallsStopped):
+                # Every cell stored what it had in flight; the flags below say which stop.
+                if not (self.heartbeat.lost or self.cancelled or self.budget.spent):
+                    raise
+
         self.progress(force=True)
         if self.heartbeat.lost:
             raise LeaseLost
@@ -194,6 +201,10 @@ class SynthesisPass:
         if self.budget.spent:
             raise BudgetSpent(budget_spent_text(self.usage()))
         counts = cells_counts(run)
+        if store.waiting:
+            Job.objects.filter(pk=self.job.pk).update(
+                stage=f"Waiting for the harness: {len(store.waiting)} cells owe rollouts"
+            )
         return {
             "cells": counts.total,
             "kept": counts.kept,
@@ -219,8 +230,6 @@ class SynthesisPass:
         tasks: dict[str, SynthesisTask],
         dimensions: dict[str, DimensionSpec],
     ) -> None:
-        from graders.engine.synthesis.pipeline import cells_run
-
         run = self.run
         judges = [j.endpoint for j in run.cascade.select_related("endpoint")]
         agents = list(run.agents.all())

@@ -35,9 +35,7 @@ class SynthesisForm(forms.Form):
         label="Steering writer",
         help_text="Writes each cell's bad, ok and good instructions (admins alone read them).",
     )
-    judge_1 = forms.ModelChoiceField(
-        queryset=JudgeEndpoint.objects.none(), label="Filter judge 1"
-    )
+    judge_1 = forms.ModelChoiceField(queryset=JudgeEndpoint.objects.none(), label="Filter judge 1")
     judge_2 = forms.ModelChoiceField(
         queryset=JudgeEndpoint.objects.none(), required=False, label="Filter judge 2"
     )

@@ -6,11 +6,13 @@ graders.synthesis.webhook).
 A Roller is asked for (task, system addition, agent, seed); a harness needs the job as the
 product names it (cell, level, attempt), so `RolloutJobs` finds it back: the cell of that task
 and agent whose steering for one of its two levels wraps to that addition, at its first
-attempt with no stored rollout and none in flight."""
+attempt whose seed is the engine's for that retry (pipeline.rollout_seed)."""
 
 from dataclasses import dataclass
 from typing import Any
 
+from graders.engine.synthesis.pipeline import rollout_seed
+from graders.engine.synthesis.plan import CellPlan
 from graders.engine.synthesis.prompts import steering_wrap
 from graders.engine.synthesis.rollout import RolloutFailed
 from graders.engine.synthesis.types import Rollout, SynthesisTask
@@ -47,14 +49,25 @@ class RolloutJobs:
         self.run, self.store = run, store
         self._in_flight: set[tuple[str, int, str]] = set()
 
-    def resolve(self, task: SynthesisTask, system_addition: str, agent: str) -> RolloutJob:
+    def resolve(
+        self, task: SynthesisTask, system_addition: str, agent: str, seed: int
+    ) -> RolloutJob:
         for key, cell in self.store.cells.items():
             if cell.task.external_id != task.id or cell.agent != agent or not cell.steering:
                 continue
+            # The engine's seed of a draw names its retry (pipeline.rollout_seed).
+            plan = CellPlan(
+                key, task.id, cell.dimension.name, cell.low_level, cell.high_level, agent
+            )  # type: ignore[arg-type]
+            attempts = [
+                a
+                for a in range(self.run.retries + 1)
+                if rollout_seed(self.run.seed, plan, a) == seed
+            ]
             for level in (cell.low_level, cell.high_level):
                 if steering_wrap(cell.steering[level]) != system_addition:
                     continue
-                for attempt in range(self.run.retries + 1):
+                for attempt in attempts:
                     slot = (key, attempt, level)
                     if slot in self._in_flight or self.store.rollout_stored(key, attempt, level):
                         continue
@@ -111,6 +124,6 @@ class HarnessRoller:
     async def roll(
         self, task: SynthesisTask, system_addition: str, *, agent: str, seed: int
     ) -> Rollout:
-        job = self.jobs.resolve(task, system_addition, agent)
+        job = self.jobs.resolve(task, system_addition, agent, seed)
         self.store.waiting.add(job.cell)
         raise RolloutWaiting(f"waiting for the harness: {job.cell} {job.level} {job.attempt}")

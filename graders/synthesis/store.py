@@ -234,10 +234,16 @@ class RowCellStore:
                 annotator=annotator,
             )
 
+    @transaction.atomic
     def _cell_fail_save(self, key: str, reason: str) -> None:
         row = self.cells[key]
         row.error = reason[:2000]
         SynthesisCell.objects.filter(pk=row.pk).update(error=row.error)
+        # The draw it failed in (a rollout or a judge call) ends as failed, with the reason.
+        pending = [d for (k, _), d in self.draws.items() if k == key and d.outcome == "pending"]
+        for draw in pending:
+            draw.outcome, draw.error = DrawOutcome.FAILED, row.error
+            draw.save(update_fields=["outcome", "error"])
         self._changed()
 
 

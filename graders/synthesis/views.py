@@ -161,13 +161,10 @@ def _run_render(
         "job": run.job,
         "counts": cells_counts(run),
         "resumable": run.job.status in Job.RESUMABLE,
-        "resume_form": resume_form
-        or ResumeBudgetForm(limits=run, spent=run.usage),
+        "resume_form": resume_form or ResumeBudgetForm(limits=run, spent=run.usage),
     }
     if fragment != STATUS_FRAGMENT:
-        cells, rows = cells_page(
-            run=run, page=request.GET.get("page"), with_steering=can_manage
-        )
+        cells, rows = cells_page(run=run, page=request.GET.get("page"), with_steering=can_manage)
         context |= {
             "cells": cells,
             "rows": rows,

@@ -103,7 +103,7 @@ class WebhookRoller:
     async def roll(
         self, task: SynthesisTask, system_addition: str, *, agent: str, seed: int
     ) -> Rollout:
-        job = self.jobs.resolve(task, system_addition, agent)
+        job = self.jobs.resolve(task, system_addition, agent, seed)
         try:
             async with self._semaphore:
                 return await self._post(job, task, seed)
