@@ -67,12 +67,12 @@ class WatchedBudget(Budget):
 
 def synthesis_run_execute(*, run_id: int) -> dict[str, Any]:
     """Run or resume a synthesis run; safe to call any number of times."""
-    run = SynthesisRun.objects.select_related("job", "project", "synthesis", "writer").get(
-        pk=run_id
-    )
+    run = SynthesisRun.objects.select_related(
+        "job", "project", "synthesis", "writer", "user_simulator"
+    ).get(pk=run_id)
 
     def work(job: Job, heartbeat: JobHeartbeat) -> dict[str, Any]:
-        return SynthesisPass(run, job, heartbeat).run()
+        return SynthesisPass(run, job, heartbeat).execute()
 
     def resend(countdown: float) -> None:
         from graders.tasks import synthesis_run_task
@@ -113,6 +113,8 @@ class SynthesisPass:
         self.usage_before: dict[str, Any] = dict(run.usage)
         self.budget = WatchedBudget(**vars(run_budget(run.max_calls, run.max_cost, run.usage)))
         self.clients: list[JudgeClient] = []
+        self.judges: list[JudgeEndpoint] = []
+        self.agents: list[JudgeEndpoint] = []
         self.extra_usage = Usage()  # what rollers outside the judge clients spent
         self.shown_at = -1.0
         self.cancelled = False
@@ -162,7 +164,7 @@ class SynthesisPass:
 
     # The pass ---------------------------------------------------------------------------
 
-    def run(self) -> dict[str, Any]:
+    def execute(self) -> dict[str, Any]:
         run = self.run
         bridge = DatabaseJudgeCache(run.writer)
         store = RowCellStore(run, bridge, changed=self.progress, stopped=lambda: self.stopped())
@@ -185,6 +187,9 @@ class SynthesisPass:
             for c in run.synthesis.cells.select_related("task").prefetch_related("task__documents")
         }
         dimensions = {d.name: DimensionSpec(d.name, d.description) for d in run.dimensions.all()}
+        # Read here: the coroutine below runs where the ORM may not.
+        self.judges = [j.endpoint for j in run.cascade.select_related("endpoint")]
+        self.agents = list(run.agents.all())
         if plans:
             try:
                 bridge.run(self._cells_run(bridge, store, plans, tasks, dimensions))
@@ -231,8 +236,7 @@ class SynthesisPass:
         dimensions: dict[str, DimensionSpec],
     ) -> None:
         run = self.run
-        judges = [j.endpoint for j in run.cascade.select_related("endpoint")]
-        agents = list(run.agents.all())
+        judges, agents = self.judges, self.agents
         endpoints = {e.pk: e for e in [run.writer, *judges, *agents]}
         if run.user_simulator is not None:
             endpoints[run.user_simulator.pk] = run.user_simulator
