@@ -84,7 +84,10 @@ def test_a_run_stores_what_the_script_implies(
                                      dimension__name="warmth")  # fmt: skip
     first, second = cell.draws.order_by("retry")
     assert (first.outcome, second.outcome) == (DrawOutcome.VETOED, DrawOutcome.KEPT)
-    assert [(v.judge, v.agrees) for v in first.votes.all()] == [("judge-1", True), ("judge-2", False)]
+    assert [(v.judge, v.agrees) for v in first.votes.all()] == [
+        ("judge-1", True),
+        ("judge-2", False),
+    ]
     assert cell.steering["bad"].startswith("STEER-BAD for t1")
     assert first.low_response_id != second.low_response_id  # fresh rollouts on the retry
     # The kept pair's label prefers the higher level's response, whose text says so.
