@@ -46,7 +46,7 @@ def _leaks(body: str, run: SynthesisRun) -> list[str]:
     found += [w for w in ("STEER-", "REASONING-", "<behaviour>", "&lt;behaviour&gt;") if w in body]
     # Contrasts and votes as the run pages word them (the job's stage may count kept cells:
     # a total says nothing of any one response).
-    found += re.findall(r"\b(bad|ok|good)–(ok|good)\b", body)
+    found += re.findall(r"\b(bad|ok|good)\u2013(ok|good)\b", body)
     found += [w for w in ("vetoes", "no verdict", "vetoed", "agrees") if w in body]
     found += [r.external_id for r in Response.objects.all() if r.external_id in body]
     return [str(f) for f in found]
