@@ -282,6 +282,6 @@ class SynthesisPass:
             assert run.user_simulator_id is not None
             return ConversationRoller(by_name, clients[run.user_simulator_id], run.turn_cap)
         if run.mode == RolloutMode.WEBHOOK:
-            webhook = WebhookRoller(run, store, usage=self.extra_usage)
+            webhook = WebhookRoller(run, store, usage=self.extra_usage, budget=self.budget)
             return await stack.enter_async_context(webhook)
         return HarnessRoller(run, store)

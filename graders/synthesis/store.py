@@ -70,6 +70,7 @@ class RowCellStore:
         self.draws: dict[tuple[str, int], SynthesisDraw] = {}
         self._rollouts: dict[tuple[str, int, str], Rollout] = {}
         self._votes: dict[tuple[str, int, int], Vote] = {}
+        self._drawing: dict[str, int] = {}
         # Cells a HarnessRoller stopped at a rollout their harness has not sent yet.
         self.waiting: set[str] = set()
         self._load()
@@ -105,6 +106,8 @@ class RowCellStore:
         return Steering(**stored) if stored else None
 
     def rollout(self, cell: CellPlan, retry: int, level: str) -> Rollout | None:
+        # The engine reads a draw's rollouts as it starts it: the cell's draw in progress.
+        self._drawing[cell.key] = max(retry, self._drawing.get(cell.key, retry))
         return self._rollouts.get((cell.key, retry, level))
 
     def vote(self, cell: CellPlan, retry: int, position: int) -> Vote | None:
@@ -239,11 +242,14 @@ class RowCellStore:
         row = self.cells[key]
         row.error = reason[:2000]
         SynthesisCell.objects.filter(pk=row.pk).update(error=row.error)
-        # The draw it failed in (a rollout or a judge call) ends as failed, with the reason.
-        pending = [d for (k, _), d in self.draws.items() if k == key and d.outcome == "pending"]
-        for draw in pending:
-            draw.outcome, draw.error = DrawOutcome.FAILED, row.error
-            draw.save(update_fields=["outcome", "error"])
+        # The draw it failed in (a rollout or a judge call), if any, ends failed with the
+        # reason, a row even when neither rollout came back.
+        retry = self._drawing.get(key)
+        if retry is not None:
+            draw = self._draw(key, retry)
+            if draw.outcome == DrawOutcome.PENDING:
+                draw.outcome, draw.error = DrawOutcome.FAILED, row.error
+                draw.save(update_fields=["outcome", "error"])
         self._changed()
 
 

@@ -27,7 +27,7 @@ import aiohttp
 from pydantic import ValidationError
 
 from graders.engine.egress import EgressPolicy, EgressRefused
-from graders.engine.judge import Usage
+from graders.engine.judge import Budget, Usage
 from graders.engine.judge_http import EgressResolver, ssl_context
 from graders.engine.synthesis.rollout import RolloutFailed
 from graders.engine.synthesis.types import Rollout, SynthesisTask
@@ -68,6 +68,7 @@ class WebhookRoller:
         store: RowCellStore,
         *,
         usage: Usage,
+        budget: Budget | None = None,
         policy: EgressPolicy | None = None,
         timeout_s: float = WEBHOOK_TIMEOUT_S,
         retries: int = WEBHOOK_RETRIES,
@@ -76,7 +77,9 @@ class WebhookRoller:
     ) -> None:
         self.run, self.url = run, run.webhook_url
         self.jobs = RolloutJobs(run, store)
-        self.usage = usage
+        # The webhook's calls are the user's harness, not judge calls: they count in the
+        # run's usage, and the dollars it reports in the run's dollar budget.
+        self.usage, self.budget = usage, budget
         self.policy = policy or egress_policy()
         self.timeout_s, self.retries, self.max_bytes = timeout_s, retries, max_bytes
         self.backoff_s = backoff_s
@@ -136,13 +139,18 @@ class WebhookRoller:
                 await asyncio.sleep(random.uniform(0, self.backoff_s * 2 ** (attempt - 1)))
             self.usage.calls += 1
             try:
-                return await self._post_once(body)
+                rollout = await self._post_once(body)
             except _Retryable as exc:
                 problem = str(exc)
                 self.usage.retries += attempt < self.retries
             except RolloutFailed as exc:
                 self.usage.failures += 1
                 raise RolloutFailed(f"{name}: {exc}") from None
+            else:
+                self.usage.cost += rollout.cost
+                if self.budget is not None:
+                    self.budget.spend(rollout.cost)
+                return rollout
         self.usage.failures += 1
         raise RolloutFailed(f"{name}: gave up after {self.retries + 1} attempts; last: {problem}")
 
