@@ -7,6 +7,7 @@ model name), so a test knows exactly which calls a run makes and what it stores.
   answers unusable JSON every time, so the cell fails after its one re-ask.
 - An agent answers "quality=N ..." with N the level its system prompt steers it to: a
   rollout that follows its steering, as a real agent should.
+- The user simulator asks once, then says it is done.
 - A filter judge picks the higher quality, except the judge named in `erring` on the first
   pair it sees of each (task, dimension) listed there: a veto that forces one retry."""
 
@@ -60,6 +61,8 @@ class Script:
                 answer = "B" if right == "A" else "A"
             return json.dumps({"reasoning": "compared", "answer": answer})
         system = str(messages[0].get("content", ""))
+        if "You play a user" in system:  # the user simulator: asks once, then is done
+            return "I need a later flight." if len(messages) <= 2 else "Thanks. ###STOP###"
         [level] = [q for mark, q in LEVEL_MARKS.items() if mark in system] or [None]
         task = _task_of(system)
         return f"quality={level} task={task} seed={body.get('seed')}: here is my answer."
@@ -95,7 +98,7 @@ def synthesis_project(project: Project, server: FakeJudgeServer, tasks: Iterable
             instructions=f"The user-side of {task}: wants a later flight.",
             split="meta",
         )
-    for name in ("agent-a", "agent-b", "writer", "judge-1", "judge-2"):
+    for name in ("agent-a", "agent-b", "writer", "judge-1", "judge-2", "user-sim"):
         JudgeEndpoint.objects.create(
             project=project, name=name, base_url=server.base_url, model=name
         )

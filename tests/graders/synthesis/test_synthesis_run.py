@@ -2,6 +2,7 @@
 (tests/graders/synthesis/scripted.py): what it stores, what it asks, and that a second
 delivery or a resume after a budget stop asks nothing twice."""
 
+import json
 from typing import Any
 
 import pytest
@@ -193,3 +194,20 @@ def test_start_refuses_bad_settings_and_writes_nothing(
         with pytest.raises(SynthesisInvalid, match=message):
             _start(project, **overrides)
     assert not SynthesisRun.objects.exists() and not SynthesisCell.objects.exists()
+
+
+def test_a_conversation_run_stores_trajectories(
+    project: Project, fake_judge: FakeJudgeServer, scripted: Script
+) -> None:
+    [simulator] = endpoints(project, "user-sim")
+    run = _start(project, mode="conversation", user_simulator=simulator, turn_cap=3)
+    assert synthesis_run_execute(run_id=run.pk)["status"] == "succeeded"
+    kept = SynthesisDraw.objects.filter(cell__synthesis=run.synthesis, outcome=DrawOutcome.KEPT)
+    assert kept.count() == KEPT
+    trajectory = kept.first().low_response.messages  # type: ignore[union-attr]
+    assert [m["role"] for m in trajectory] == ["user", "assistant", "user"]
+    assert trajectory[0]["content"] == "I need a later flight."
+    assert trajectory[1]["content"].startswith("quality=")
+    # The simulated user never reads the agent's steering.
+    to_user = [r for r in fake_judge.requests if r.body["model"] == "user-sim"]
+    assert to_user and not any("STEER-" in json.dumps(r.body) for r in to_user)
