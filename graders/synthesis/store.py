@@ -1,6 +1,6 @@
 """The engine's CellStore on the labeling rows: steering on SynthesisCell, one SynthesisDraw per
 (cell, retry) whose two rollouts are Responses of the cell's task, SynthesisVote per judge, and
-a synthetic Preference for the higher response of each kept draw.
+a synthetic Preference for the higher response of each draw (its constructed label).
 
 The engine calls the store from its event loop, where the ORM may not run: reads are answered
 from what the pass loaded at its start (and kept up to date by its own writes, as one worker
@@ -187,6 +187,8 @@ class RowCellStore:
         draw.cost += rollout.cost
         draw.save(update_fields=[field, "cost"])
         self._rollouts[(key, retry, level)] = rollout
+        if draw.low_response_id is not None and draw.high_response_id is not None:
+            self._label_put(cell, draw)
 
     @transaction.atomic
     def _vote_save(self, key: str, retry: int, vote: Vote) -> None:
@@ -213,12 +215,12 @@ class RowCellStore:
             return
         draw.outcome = DrawOutcome.KEPT if kept else DrawOutcome.VETOED
         draw.save(update_fields=["outcome"])
-        if kept:
-            self._label_put(self.cells[key], draw)
         self._changed()
 
     def _label_put(self, cell: SynthesisCell, draw: SynthesisDraw) -> None:
-        """The constructed label of a kept pair: the higher level's response is preferred."""
+        """The constructed label a draw implies once it has both rollouts, whatever the
+        judges make of it (FORMATS.md, as an import of the draw writes it): the higher
+        level's response is preferred. The validation reads it for vetoed draws too."""
         annotator = synthetic_annotator(self.run)
         if not Preference.objects.filter(
             response_a_id=draw.low_response_id,

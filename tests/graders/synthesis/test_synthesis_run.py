@@ -64,7 +64,7 @@ def _stored(run: SynthesisRun) -> dict[str, Any]:
 
 EXPECTED = {
     "cells": CELLS, "failed": FAILED, "draws": DRAWS, "kept": KEPT, "vetoed": 1,
-    "votes": FILTER_CALLS, "responses": ROLLOUT_CALLS, "labels": KEPT,
+    "votes": FILTER_CALLS, "responses": ROLLOUT_CALLS, "labels": DRAWS,
 }  # fmt: skip
 
 
@@ -91,9 +91,12 @@ def test_a_run_stores_what_the_script_implies(
     ]
     assert cell.steering["bad"].startswith("STEER-BAD for t1")
     assert first.low_response_id != second.low_response_id  # fresh rollouts on the retry
-    # The kept pair's label prefers the higher level's response, whose text says so.
-    label = Preference.objects.get(response_a=second.low_response, response_b=second.high_response)
-    assert (label.choice, label.provider, label.dimension.name) == ("b", "synthetic", "warmth")
+    # Each draw's constructed label prefers the higher level's response, whose text says so,
+    # the vetoed draw's too (an import of the draws writes the same).
+    for draw in (first, second):
+        label = Preference.objects.get(response_a=draw.low_response, response_b=draw.high_response)
+        assert (label.choice, label.provider, label.dimension.name) == ("b", "synthetic", "warmth")
+        assert label.annotator.name == run.synthesis.external_id
     assert f"quality={['bad', 'ok', 'good'].index(cell.high_level)}" in second.high_response.content
     # A failed cell says why; its task's rollouts were never asked for.
     failed = SynthesisCell.objects.filter(synthesis=run.synthesis, task__external_id="t3")
