@@ -38,7 +38,7 @@ from labeling.jobs import (
     job_cancel_requested,
     job_run_leased,
 )
-from labeling.models import DrawOutcome, Job
+from labeling.models import DrawOutcome, Job, Task
 
 PROGRESS_EVERY_S = 1.0
 
@@ -88,7 +88,7 @@ def synthesis_run_execute(*, run_id: int) -> dict[str, Any]:
     return {"run": run_id, **outcome}
 
 
-def _task(task: Any) -> SynthesisTask:
+def _task(task: Task) -> SynthesisTask:
     tools = task.metadata.get("tools") if isinstance(task.metadata, dict) else None
     names = tuple(
         str(t.get("name") if isinstance(t, dict) else t)
@@ -167,7 +167,7 @@ class SynthesisPass:
     def execute(self) -> dict[str, Any]:
         run = self.run
         bridge = DatabaseJudgeCache(run.writer)
-        store = RowCellStore(run, bridge, changed=self.progress, stopped=lambda: self.stopped())
+        store = RowCellStore(run, bridge, changed=self.progress, stopped=self.stopped)
         finished = self._finished(store)
         plans = [
             CellPlan(
@@ -182,10 +182,8 @@ class SynthesisPass:
             if c.external_id not in finished
         ]
         self.progress(force=True)
-        tasks = {
-            c.task.external_id: _task(c.task)
-            for c in run.synthesis.cells.select_related("task").prefetch_related("task__documents")
-        }
+        task_rows = Task.objects.filter(pk__in={c.task_id for c in store.cells.values()})
+        tasks = {t.external_id: _task(t) for t in task_rows.prefetch_related("documents")}
         dimensions = {d.name: DimensionSpec(d.name, d.description) for d in run.dimensions.all()}
         # Read here: the coroutine below runs where the ORM may not.
         self.judges = [j.endpoint for j in run.cascade.select_related("endpoint")]

@@ -40,29 +40,33 @@ def harness_jobs_jsonl(*, run: SynthesisRun) -> Iterator[str]:
 
 @transaction.atomic
 def harness_import(*, run: SynthesisRun, lines: Iterable[bytes | str]) -> int:
-    """Store the trajectories of open jobs and queue the run again; the number stored. Raises
-    ImportRejected (line and field per problem, nothing written) on any bad line."""
+    """Store the trajectories of open jobs and queue the run again; the number stored. A line
+    repeating a trajectory already stored changes nothing (the same file imported twice).
+    Raises ImportRejected (line and field per problem, nothing written) on any bad line."""
     if run.mode != RolloutMode.HARNESS:
         raise ImportRejected([LineError(0, "mode", "this run does not use a harness")], 1)
     store = RowCellStore(run, None, changed=lambda: None, stopped=lambda: False)
     jobs = {(j.cell, j.level, j.attempt): j for j in open_jobs(run, store)}
     errors: list[LineError] = []
     found: dict[tuple[str, str, int], tuple[int, Rollout]] = {}
+    read = 0
     for number, raw in enumerate(lines, 1):
         if not raw.strip():
             continue
-        problem = _line_read(number, raw, jobs, found)
+        read += 1
+        problem = _line_read(number, raw, jobs, found, store)
         if problem is not None:
             errors.append(problem)
             if len(errors) >= MAX_IMPORT_ERRORS:
                 break
-    if not found and not errors:
+    if not read and not errors:
         errors.append(LineError(0, "file", "no trajectories in the file"))
     if errors:
         raise ImportRejected(errors, len(errors))
     for (cell, level, attempt), (_, rollout) in sorted(found.items()):
         store.rollout_save(cell, attempt, level, rollout)
-    synthesis_resume(run=run)
+    if found:
+        synthesis_resume(run=run)
     return len(found)
 
 
@@ -71,6 +75,7 @@ def _line_read(
     raw: bytes | str,
     jobs: dict[tuple[str, str, int], RolloutJob],
     found: dict[tuple[str, str, int], tuple[int, Rollout]],
+    store: RowCellStore,
 ) -> LineError | None:
     try:
         record = json_parse(raw)
@@ -83,6 +88,14 @@ def _line_read(
         if not isinstance(value, kind) or isinstance(value, bool):
             return LineError(number, field, f"missing, or not a {kind.__name__}")
     key = (record["cell"], record["level"], record["attempt"])
+    try:
+        rollout = trajectory_from(record)
+    except RolloutFailed as exc:
+        field, _, message = str(exc).partition(": ")
+        return LineError(number, field, message or field)
+    held = store.rollout_held(key[0], key[2], key[1])
+    if held is not None and (held.content, held.messages) == (rollout.content, rollout.messages):
+        return None  # the same file again: what it says is stored already
     if key not in jobs:
         return LineError(
             number,
@@ -92,10 +105,5 @@ def _line_read(
         )
     if key in found:
         return LineError(number, "cell", f"the same job is answered on line {found[key][0]}")
-    try:
-        rollout = trajectory_from(record)
-    except RolloutFailed as exc:
-        field, _, message = str(exc).partition(": ")
-        return LineError(number, field, message or field)
     found[key] = (number, rollout)
     return None

@@ -65,7 +65,9 @@ class RowCellStore:
     ) -> None:
         self.run, self._bridge = run, bridge
         self._changed, self._stopped = changed, stopped
-        cells = SynthesisCell.objects.filter(synthesis=run.synthesis).select_related("task")
+        cells = SynthesisCell.objects.filter(synthesis=run.synthesis).select_related(
+            "task", "dimension"
+        )
         self.cells: dict[str, SynthesisCell] = {c.external_id: c for c in cells}
         self.draws: dict[tuple[str, int], SynthesisDraw] = {}
         self._rollouts: dict[tuple[str, int, str], Rollout] = {}
@@ -115,6 +117,9 @@ class RowCellStore:
 
     def rollout_stored(self, key: str, retry: int, level: str) -> bool:
         return (key, retry, level) in self._rollouts
+
+    def rollout_held(self, key: str, retry: int, level: str) -> Rollout | None:
+        return self._rollouts.get((key, retry, level))
 
     def draw_outcome(self, key: str, retry: int) -> str | None:
         draw = self.draws.get((key, retry))

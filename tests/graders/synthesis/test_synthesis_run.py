@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from graders.models import SynthesisRun
+from graders.models import JudgeEndpoint, SynthesisRun
 from graders.synthesis.execute import synthesis_run_execute
 from graders.synthesis.runs import SynthesisInvalid, synthesis_resume, synthesis_start
 from labeling.models import (
@@ -79,6 +79,7 @@ def test_a_run_stores_what_the_script_implies(
     run.refresh_from_db()
     assert run.usage["calls"] == ALL_CALLS and run.job.status == JobStatus.SUCCEEDED
     assert run.job.done == run.job.total == CELLS
+    assert run.job.stage == f"Cells: {CELLS} of {CELLS} finished · {KEPT} kept, {FAILED} failed"
     assert run.job.result == {"cells": CELLS, "kept": KEPT, "failed": FAILED, "waiting": 0}
     # The retried cell: retry 0 vetoed by judge-2 (position 1), retry 1 kept, same steering.
     cell = SynthesisCell.objects.get(synthesis=run.synthesis, task__external_id="t1",
@@ -105,8 +106,26 @@ def test_a_run_stores_what_the_script_implies(
     for response in Response.objects.filter(external_id__startswith=f"{run.synthesis}/"):
         assert response.source_model == ""
         assert not {"bad", "ok", "good"} & set(response.external_id.split("/")[2:])
-    # Draw cost: its two rollouts and its votes (the fake's prices are zero here).
-    assert all(d.cost == 0 for d in SynthesisDraw.objects.filter(cell__synthesis=run.synthesis))
+
+
+def test_draw_costs_add_up_to_what_the_run_spent(
+    project: Project, fake_judge: FakeJudgeServer, scripted: Script
+) -> None:
+    """A draw's cost is its two rollouts and its votes; the writer's steering is the rest."""
+    JudgeEndpoint.objects.filter(project=project).exclude(name="writer").update(
+        price_in_per_mtok=1_000.0, price_out_per_mtok=3_000.0
+    )
+    run = _start(project)
+    synthesis_run_execute(run_id=run.pk)
+    run.refresh_from_db()
+    draws = list(SynthesisDraw.objects.filter(cell__synthesis=run.synthesis))
+    assert all(d.cost > 0 for d in draws)
+    assert sum(d.cost for d in draws) == pytest.approx(run.usage["cost"])
+    assert float(run.job.cost) == pytest.approx(run.usage["cost"], abs=1e-6)
+    # Each rollout's own cost is kept with its response (the draw adds its votes to both).
+    for draw in draws:
+        rollouts = [r.metadata["rollout"]["cost"] for r in (draw.low_response, draw.high_response)]
+        assert 0 < sum(rollouts) < draw.cost
 
 
 def test_a_second_delivery_repeats_nothing(

@@ -186,6 +186,12 @@ def test_harness_jobs_export_and_trajectories_import(
     run.refresh_from_db()
     assert run.job.status == JobStatus.QUEUED
     synthesis_run_execute(run_id=run.pk)  # the cascade runs on the imported trajectories
+    # The same file again changes nothing; an empty one is refused.
+    assert client.post(upload, {"file": _jsonl([answer(j) for j in jobs])}).status_code == 302
+    assert SynthesisDraw.objects.count() == 6
+    blank = SimpleUploadedFile("blank.jsonl", b"\n\n", content_type="application/x-ndjson")
+    empty = client.post(upload, {"file": blank})
+    assert empty.status_code == 400 and "no trajectories in the file" in empty.content.decode()
     assert SynthesisDraw.objects.filter(outcome="kept").count() == 5
     # The vetoed cell owes its next attempt, with the same steering.
     export = client.get(reverse("synthesis-harness-jobs", args=["acme", run.pk]))
