@@ -52,8 +52,9 @@ def synthetic_annotator(run: SynthesisRun) -> Annotator:
 
 
 class RowCellStore:
-    """See the module docstring. `changed()` runs on the database thread after each write
-    that may finish a cell (progress); `stopped()` says whether the pass must stop."""
+    """See the module docstring. `changed()` runs on the database thread after each write of
+    the engine's (the pass's progress, which it throttles); `stopped()` says whether the pass
+    must stop."""
 
     def __init__(
         self,
@@ -137,6 +138,7 @@ class RowCellStore:
         if self._stopped() or key in self.waiting:
             return
         function(key, *args)
+        self._changed()
 
     def steering_put(self, cell: CellPlan, steering: Steering) -> None:
         self._write(self.steering_save, cell.key, steering)
@@ -220,7 +222,6 @@ class RowCellStore:
             return
         draw.outcome = DrawOutcome.KEPT if kept else DrawOutcome.VETOED
         draw.save(update_fields=["outcome"])
-        self._changed()
 
     def _label_put(self, cell: SynthesisCell, draw: SynthesisDraw) -> None:
         """The constructed label a draw implies once it has both rollouts, whatever the
@@ -257,7 +258,6 @@ class RowCellStore:
             if draw.outcome == DrawOutcome.PENDING:
                 draw.outcome, draw.error = DrawOutcome.FAILED, row.error
                 draw.save(update_fields=["outcome", "error"])
-        self._changed()
 
 
 def _rollout(response: Response) -> Rollout:
