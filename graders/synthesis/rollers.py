@@ -69,7 +69,10 @@ class RolloutJobs:
                     continue
                 for attempt in attempts:
                     slot = (key, attempt, level)
-                    if slot in self._in_flight or self.store.rollout_stored(key, attempt, level):
+                    if (
+                        slot in self._in_flight
+                        or self.store.rollout_held(key, attempt, level) is not None
+                    ):
                         continue
                     self._in_flight.add(slot)
                     return RolloutJob(key, task.id, level, attempt, agent, system_addition)
@@ -93,7 +96,7 @@ def open_jobs(run: SynthesisRun, store: RowCellStore) -> list[RolloutJob]:
         if attempt > run.retries or store.draw_outcome(key, attempt) in ("kept", "failed"):
             continue
         for level in (cell.low_level, cell.high_level):
-            if not store.rollout_stored(key, attempt, level):
+            if store.rollout_held(key, attempt, level) is None:
                 jobs.append(
                     RolloutJob(
                         key,

@@ -116,9 +116,6 @@ class RowCellStore:
     def vote(self, cell: CellPlan, retry: int, position: int) -> Vote | None:
         return self._votes.get((cell.key, retry, position))
 
-    def rollout_stored(self, key: str, retry: int, level: str) -> bool:
-        return (key, retry, level) in self._rollouts
-
     def rollout_held(self, key: str, retry: int, level: str) -> Rollout | None:
         return self._rollouts.get((key, retry, level))
 
@@ -187,7 +184,14 @@ class RowCellStore:
                 "messages": rollout.messages,
                 # No agent name: the source is what a reader must not learn.
                 "source_model": "",
-                "metadata": {"rollout": {"cost": rollout.cost, "calls": rollout.calls}},
+                "metadata": {
+                    "rollout": {
+                        "cost": rollout.cost,
+                        "calls": rollout.calls,
+                        "tokens_in": rollout.tokens_in,
+                        "tokens_out": rollout.tokens_out,
+                    }
+                },
             },
         )
         setattr(draw, field, response)
@@ -267,4 +271,6 @@ def _rollout(response: Response) -> Rollout:
         messages=response.messages,
         cost=float(stored.get("cost", 0.0)),
         calls=int(stored.get("calls", 0)),
+        tokens_in=int(stored.get("tokens_in", 0)),
+        tokens_out=int(stored.get("tokens_out", 0)),
     )
