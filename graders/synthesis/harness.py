@@ -21,6 +21,7 @@ from graders.synthesis.store import RowCellStore
 from graders.synthesis.webhook import trajectory_from
 from labeling.imports import ImportRejected, LineError
 from labeling.json_input import json_parse
+from labeling.models import Job
 
 MAX_IMPORT_ERRORS = 1000
 
@@ -45,6 +46,10 @@ def harness_import(*, run: SynthesisRun, lines: Iterable[bytes | str]) -> int:
     Raises ImportRejected (line and field per problem, nothing written) on any bad line."""
     if run.mode != RolloutMode.HARNESS:
         raise ImportRejected([LineError(0, "mode", "this run does not use a harness")], 1)
+    # A pass still running holds its own view of the rows and would not pick these up.
+    if Job.objects.filter(pk=run.job_id, status__in=Job.ACTIVE).exists():
+        message = "the run is still going: import once its job has stopped"
+        raise ImportRejected([LineError(0, "run", message)], 1)
     store = RowCellStore(run, None, changed=lambda: None, stopped=lambda: False)
     jobs = {(j.cell, j.level, j.attempt): j for j in open_jobs(run, store)}
     errors: list[LineError] = []

@@ -185,6 +185,9 @@ def test_harness_jobs_export_and_trajectories_import(
     assert client.post(upload, {"file": _jsonl([answer(j) for j in jobs])}).status_code == 302
     run.refresh_from_db()
     assert run.job.status == JobStatus.QUEUED
+    # While the run's job is active, a pass would not see an import: refused, nothing written.
+    early = client.post(upload, {"file": _jsonl([answer(j) for j in jobs])})
+    assert early.status_code == 400 and "the run is still going" in early.content.decode()
     synthesis_run_execute(run_id=run.pk)  # the cascade runs on the imported trajectories
     # The same file again changes nothing; an empty one is refused.
     assert client.post(upload, {"file": _jsonl([answer(j) for j in jobs])}).status_code == 302
