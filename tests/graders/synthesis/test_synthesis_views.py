@@ -211,3 +211,27 @@ def test_harness_jobs_export_and_trajectories_import(
 def _jsonl(records: list[dict[str, Any]]) -> SimpleUploadedFile:
     body = "".join(json.dumps(r) + "\n" for r in records).encode()
     return SimpleUploadedFile("trajectories.jsonl", body, content_type="application/x-ndjson")
+
+
+def test_who_may_do_what_on_a_run(
+    ready: Project, admin_user: User, reviewer_user: User, outsider: User
+) -> None:
+    run = synthesis_start(**start_arguments(ready, mode="harness"))
+    page = reverse("synthesis-run", args=["acme", run.pk])
+    changes = [
+        reverse("synthesis-run-cancel", args=["acme", run.pk]),
+        reverse("synthesis-run-resume", args=["acme", run.pk]),
+        reverse("synthesis-harness-import", args=["acme", run.pk]),
+    ]
+    jobs = reverse("synthesis-harness-jobs", args=["acme", run.pk])
+    reviewer, stranger = _client(reviewer_user), _client(outsider)
+    assert reviewer.get(page).status_code == 200
+    assert reviewer.get(jobs).status_code == 403  # the export holds the steering text
+    assert all(reviewer.post(url).status_code == 403 for url in changes)
+    assert stranger.get(page).status_code == 404
+    assert all(stranger.post(url).status_code == 404 for url in changes)
+    assert Job.objects.get(pk=run.job_id).status == JobStatus.QUEUED  # nothing was cancelled
+    # The harness pages exist for harness runs only.
+    single = synthesis_start(**start_arguments(ready, name="plain"))
+    admin = _client(admin_user)
+    assert admin.get(reverse("synthesis-harness-jobs", args=["acme", single.pk])).status_code == 404
