@@ -7,7 +7,15 @@ from django.db import models
 from django.db.models import Q
 
 from graders.judge_egress import endpoint_egress_check
-from labeling.models import Job, LabelSnapshot, Project, Response, Task
+from labeling.models import (
+    Dimension,
+    Job,
+    LabelSnapshot,
+    Project,
+    Response,
+    Synthesis,
+    Task,
+)
 
 
 class ResponseFormat(models.TextChoices):
@@ -412,3 +420,90 @@ class RewardUsage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.metagrader_id}/{self.token_id}: {self.requests}"
+
+
+class RolloutMode(models.TextChoices):
+    SINGLE = "single", "Single response to the task prompt"
+    CONVERSATION = "conversation", "Conversation with a simulated user"
+    HARNESS = "harness", "Own harness: export jobs, import trajectories"
+    WEBHOOK = "webhook", "Own harness: a rollout webhook"
+
+
+class SynthesisRun(models.Model):
+    """A synthesis this product generates (DESIGN.md section 11): which dimensions and tasks,
+    the agent endpoints (one drawn per cell with the seed), the steering writer, the filter
+    cascade (SynthesisRunJudge, in order), retries R, the rollout mode and the budget. The
+    cells, draws and votes it makes are the rows of `synthesis`, the same shape an import
+    gives."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="synthesis_runs")
+    synthesis = models.OneToOneField(Synthesis, on_delete=models.CASCADE, related_name="run")
+    job = models.OneToOneField(Job, on_delete=models.PROTECT, related_name="synthesis_run")
+    dimensions = models.ManyToManyField(Dimension, related_name="+")
+    # The task scope: a split, a domain, or (both empty) every task of the project.
+    split = models.CharField(max_length=16, blank=True, default="")
+    domain = models.CharField(max_length=100, blank=True, default="")
+    agents = models.ManyToManyField(JudgeEndpoint, related_name="+")
+    writer = models.ForeignKey(JudgeEndpoint, on_delete=models.PROTECT, related_name="+")
+    retries = models.PositiveSmallIntegerField(default=2)
+    mode = models.CharField(max_length=16, choices=RolloutMode.choices, default=RolloutMode.SINGLE)
+    user_simulator = models.ForeignKey(
+        JudgeEndpoint, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    turn_cap = models.PositiveSmallIntegerField(default=8)
+    webhook_url = models.URLField(max_length=500, blank=True, default="")
+    seed = models.IntegerField(default=0)
+    max_calls = models.PositiveIntegerField(null=True, blank=True)
+    max_cost = models.FloatField(null=True, blank=True)
+    usage = models.JSONField(default=dict, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(mode__in=RolloutMode.values), name="synthesis_run_mode"
+            ),
+            models.CheckConstraint(
+                condition=Q(split="") | Q(domain=""), name="synthesis_run_one_scope"
+            ),
+            models.CheckConstraint(
+                condition=~Q(mode=RolloutMode.CONVERSATION) | Q(user_simulator__isnull=False),
+                name="synthesis_run_conversation_user",
+            ),
+            models.CheckConstraint(
+                condition=~Q(mode=RolloutMode.WEBHOOK) | ~Q(webhook_url=""),
+                name="synthesis_run_webhook_url",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"synthesis run {self.pk} ({self.synthesis})"
+
+    @property
+    def scope(self) -> str:
+        if self.split:
+            return f"split {self.split}"
+        if self.domain:
+            return f"domain {self.domain}"
+        return "all tasks"
+
+
+class SynthesisRunJudge(models.Model):
+    """One filter judge of a run's cascade, at its place (0 first)."""
+
+    run = models.ForeignKey(SynthesisRun, on_delete=models.CASCADE, related_name="cascade")
+    endpoint = models.ForeignKey(JudgeEndpoint, on_delete=models.PROTECT, related_name="+")
+    position = models.PositiveSmallIntegerField()
+
+    class Meta:
+        ordering = ["run", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "position"], name="synthesis_judge_position"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}: judge {self.position} {self.endpoint_id}"

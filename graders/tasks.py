@@ -8,6 +8,7 @@ from celery.signals import worker_ready
 
 from graders.grading import grading_run_execute
 from graders.search import search_run_execute
+from graders.synthesis.execute import synthesis_run_execute
 
 logger = logging.getLogger(__name__)
 
@@ -22,14 +23,20 @@ def search_run_task(search_id: int) -> dict[str, Any]:
     return search_run_execute(search_id=search_id)
 
 
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def synthesis_run_task(run_id: int) -> dict[str, Any]:
+    return synthesis_run_execute(run_id=run_id)
+
+
 @worker_ready.connect
 def jobs_recover(**_: Any) -> None:
-    """Send again the searches and grading runs a dead worker left running. A broker may hold
-    their messages until a visibility timeout (Redis) or may have lost them (the file-system
-    broker), so a starting worker does not wait for it. A search whose holder is alive keeps
-    its lease and the extra message only looks again later; a grading run's tasks are claimed
-    by conditional update, so a second delivery repeats nothing."""
-    from graders.models import GradingRun, SearchRun
+    """Send again the searches, synthesis runs and grading runs a dead worker left running. A
+    broker may hold their messages until a visibility timeout (Redis) or may have lost them
+    (the file-system broker), so a starting worker does not wait for it. A search or synthesis
+    run whose holder is alive keeps its lease and the extra message only looks again later; a
+    grading run's tasks are claimed by conditional update, so a second delivery repeats
+    nothing."""
+    from graders.models import GradingRun, SearchRun, SynthesisRun
     from labeling.models import JobStatus
 
     searches = list(
@@ -40,11 +47,19 @@ def jobs_recover(**_: Any) -> None:
             "pk", flat=True
         )
     )
+    syntheses = list(
+        SynthesisRun.objects.filter(job__status=JobStatus.RUNNING).values_list("pk", flat=True)
+    )
     for pk in searches:
         search_run_task.delay(pk)
+    for pk in syntheses:
+        synthesis_run_task.delay(pk)
     for pk in runs:
         grading_run_task.delay(pk)
-    if searches or runs:
+    if searches or runs or syntheses:
         logger.info(
-            "sent again %d searches and %d grading runs left running", len(searches), len(runs)
+            "sent again %d searches, %d synthesis runs and %d grading runs left running",
+            len(searches),
+            len(syntheses),
+            len(runs),
         )

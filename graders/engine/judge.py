@@ -106,6 +106,9 @@ class ChatRequest:
     messages: tuple[Message, ...]
     schema: dict[str, Any] | None = None
     name: str = "judge"
+    # The sampling seed of this call, in place of the settings' seed: a new seed asks for a new
+    # sample and makes a new cache key (a synthesis retry's fresh rollout). None: the settings'.
+    seed: int | None = None
 
 
 @dataclass
@@ -510,7 +513,7 @@ def request_key(settings: JudgeSettings, request: ChatRequest) -> str:
         "max_tokens": settings.max_tokens,
         "response_format": settings.response_format,
         "schema": request.schema,
-        "seed": settings.seed,
+        "seed": _seed(settings, request),
     }
     canonical = json.dumps(material, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()
@@ -570,12 +573,17 @@ def _payload(settings: JudgeSettings, request: ChatRequest) -> dict[str, Any]:
         "temperature": settings.temperature,
         "max_tokens": settings.max_tokens,
     }
-    if settings.seed is not None:
-        payload["seed"] = settings.seed
+    seed = _seed(settings, request)
+    if seed is not None:
+        payload["seed"] = seed
     response_format = _response_format(settings.response_format, request.schema)
     if response_format is not None:
         payload["response_format"] = response_format
     return payload
+
+
+def _seed(settings: JudgeSettings, request: ChatRequest) -> int | None:
+    return settings.seed if request.seed is None else request.seed
 
 
 def _body_encode(payload: dict[str, Any]) -> bytes:

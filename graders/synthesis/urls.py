@@ -2,11 +2,18 @@
 
 from django.urls import URLPattern, path
 
-from graders.synthesis import validation_api, validation_views
+from graders.synthesis import validation_api, validation_views, views
 
+RUN = "p/<slug:slug>/synthesis/<int:run_id>/"
 VALIDATION = "p/<slug:slug>/syntheses/<int:synthesis_id>/validation/"
 
 urlpatterns: list[URLPattern] = [
+    path("p/<slug:slug>/synthesis/", views.synthesis_runs_page, name="synthesis-runs"),
+    path(RUN, views.synthesis_run_page, name="synthesis-run"),
+    path(RUN + "cancel/", views.synthesis_run_cancel, name="synthesis-run-cancel"),
+    path(RUN + "resume/", views.synthesis_run_resume, name="synthesis-run-resume"),
+    path(RUN + "jobs.jsonl", views.harness_jobs_download, name="synthesis-harness-jobs"),
+    path(RUN + "trajectories/", views.harness_trajectories_upload, name="synthesis-harness-import"),
     path(VALIDATION, validation_views.validation_page, name="synthesis-validation"),
     path(
         VALIDATION + "sample/",

@@ -9,7 +9,9 @@ bodies by Content-Length only, which every client we use sends.
 
 Tests script it:
 
-- `latency_s` / `jitter_s`: how long each request takes (jitter is uniform, +/-);
+- `latency_s` / `jitter_s`: how long each request takes (jitter is uniform, +/-), or `latency`,
+  a function from the parsed request body to its seconds (heavy_tail_latency: a long-tailed one,
+  the same for the same request, so a benchmark can work out its own bound);
 - `script(*faults)`: the next requests fail in the given ways, one fault per request, in order;
 - `responder`: a function from the parsed request body to the assistant's content string, so a
   score can depend on what the prompt contains.
@@ -19,9 +21,12 @@ it was serving at once (`max_in_flight`).
 """
 
 import asyncio
+import hashlib
 import itertools
 import json
+import math
 import random
+import statistics
 import threading
 import time
 from collections import deque
@@ -34,6 +39,7 @@ from typing import Any, Literal, Self
 import pytest
 
 Responder = Callable[[dict[str, Any]], str]
+Latency = Callable[[dict[str, Any]], float]
 FaultKind = Literal[
     "rate_limited",  # 429, with Retry-After when the fault gives one
     "insufficient_quota",  # 429 that no retry fixes
@@ -127,6 +133,34 @@ def constant_responder(content: str) -> Responder:
 DEFAULT_RESPONDER = constant_responder('{"score": 1.0}')
 
 
+def heavy_tail_latency(
+    *,
+    median_s: float = 0.75,
+    tail_s: float = 100.0,
+    tail_share: float = 0.01,
+    sigma: float = 0.5,
+    scale: float = 1.0,
+) -> Latency:
+    """Latencies as a hosted model shows them: a `tail_share` of calls take `tail_s`, the rest
+    are log-normal around `median_s` (log-sd `sigma`); every value times `scale`. The draw is a
+    hash of the request's model, messages and seed, so a request takes the same time on every
+    run and a client that knows the request knows it too (request_latency)."""
+    normal = statistics.NormalDist()
+
+    def latency(body: dict[str, Any]) -> float:
+        material = json.dumps(
+            [body.get("model"), body.get("messages"), body.get("seed")], sort_keys=True
+        )
+        digest = hashlib.sha256(material.encode()).digest()
+        u = (int.from_bytes(digest[:8], "big") + 0.5) / 2**64
+        if u < tail_share:
+            return tail_s * scale
+        spread = normal.inv_cdf((u - tail_share) / (1 - tail_share))
+        return median_s * math.exp(sigma * spread) * scale
+
+    return latency
+
+
 class FakeJudgeServer:
     """See the module docstring. Use as a context manager, or call start() and stop()."""
 
@@ -138,8 +172,10 @@ class FakeJudgeServer:
         responder: Responder = DEFAULT_RESPONDER,
         hang_s: float = 30.0,
         keep_requests: bool = True,
+        latency: Latency | None = None,
     ) -> None:
         self.latency_s = latency_s
+        self.latency = latency
         # Benchmarks turn this off: ten thousand stored bodies make the collector's full
         # passes long enough to show up as the judge's latency.
         self.keep_requests = keep_requests
@@ -243,13 +279,15 @@ class FakeJudgeServer:
             self._in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self._in_flight)
         try:
-            await asyncio.sleep(self._delay())
+            await asyncio.sleep(self._delay(body))
             return await self._scripted_reply(body, fault)
         finally:
             with self._lock:
                 self._in_flight -= 1
 
-    def _delay(self) -> float:
+    def _delay(self, body: dict[str, Any]) -> float:
+        if self.latency is not None:
+            return self.latency(body)
         if not self.jitter_s:
             return self.latency_s
         return max(0.0, self.latency_s + random.uniform(-self.jitter_s, self.jitter_s))

@@ -530,6 +530,19 @@ def test_seed_none_is_left_out_of_the_request() -> None:
     assert "seed" not in received[0]
 
 
+def test_a_request_seed_replaces_the_settings_seed_in_body_and_key() -> None:
+    received: list[dict[str, Any]] = []
+    settings = settings_for("http://judge.test/v1", seed=None)
+    reseeded = ChatRequest(grade("a").messages, grade("a").schema, seed=3)
+    run(settings, [reseeded], transport=mock_transport(received))
+    assert received[0]["seed"] == 3
+    # The seed is what a key of the settings' seed 3 covers, and differs from the settings' own.
+    assert request_key(settings, reseeded) == request_key(
+        settings_for("http://judge.test/v1", seed=3), grade("a")
+    )
+    assert request_key(settings, reseeded) != request_key(settings, grade("a"))
+
+
 def test_settings_reject_an_unknown_response_format() -> None:
     with pytest.raises(ValueError, match="unknown response_format 'xml'"):
         settings_for("http://judge.test/v1", response_format="xml")
