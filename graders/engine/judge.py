@@ -106,6 +106,9 @@ class ChatRequest:
     messages: tuple[Message, ...]
     schema: dict[str, Any] | None = None
     name: str = "judge"
+    # Replaces the settings' seed for this call: repeated runs of one evaluation (the evaluator
+    # sweep's run index) are then distinct requests, each cached on its own.
+    seed: int | None = None
 
 
 @dataclass
@@ -510,10 +513,14 @@ def request_key(settings: JudgeSettings, request: ChatRequest) -> str:
         "max_tokens": settings.max_tokens,
         "response_format": settings.response_format,
         "schema": request.schema,
-        "seed": settings.seed,
+        "seed": _seed(settings, request),
     }
     canonical = json.dumps(material, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _seed(settings: JudgeSettings, request: ChatRequest) -> int | None:
+    return settings.seed if request.seed is None else request.seed
 
 
 def retry_after_seconds(value: str | None, now: datetime | None = None) -> float | None:
@@ -570,8 +577,9 @@ def _payload(settings: JudgeSettings, request: ChatRequest) -> dict[str, Any]:
         "temperature": settings.temperature,
         "max_tokens": settings.max_tokens,
     }
-    if settings.seed is not None:
-        payload["seed"] = settings.seed
+    seed = _seed(settings, request)
+    if seed is not None:
+        payload["seed"] = seed
     response_format = _response_format(settings.response_format, request.schema)
     if response_format is not None:
         payload["response_format"] = response_format
