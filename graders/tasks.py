@@ -8,6 +8,7 @@ from celery.signals import worker_ready
 
 from graders.grading import grading_run_execute
 from graders.search import search_run_execute
+from graders.synthesis.sweep_run import sweep_execute
 
 logger = logging.getLogger(__name__)
 
@@ -22,6 +23,11 @@ def search_run_task(search_id: int) -> dict[str, Any]:
     return search_run_execute(search_id=search_id)
 
 
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def synthesis_sweep_task(sweep_id: int) -> dict[str, Any]:
+    return sweep_execute(sweep_id=sweep_id)
+
+
 @worker_ready.connect
 def jobs_recover(**_: Any) -> None:
     """Send again the searches and grading runs a dead worker left running. A broker may hold
@@ -29,7 +35,7 @@ def jobs_recover(**_: Any) -> None:
     broker), so a starting worker does not wait for it. A search whose holder is alive keeps
     its lease and the extra message only looks again later; a grading run's tasks are claimed
     by conditional update, so a second delivery repeats nothing."""
-    from graders.models import GradingRun, SearchRun
+    from graders.models import GradingRun, SearchRun, SynthesisSweep
     from labeling.models import JobStatus
 
     searches = list(
@@ -40,11 +46,20 @@ def jobs_recover(**_: Any) -> None:
             "pk", flat=True
         )
     )
+    # A sweep's holder keeps its lease like a search's; a dead one's is taken back.
+    sweeps = list(
+        SynthesisSweep.objects.filter(job__status=JobStatus.RUNNING).values_list("pk", flat=True)
+    )
+    for pk in sweeps:
+        synthesis_sweep_task.delay(pk)
     for pk in searches:
         search_run_task.delay(pk)
     for pk in runs:
         grading_run_task.delay(pk)
-    if searches or runs:
+    if searches or runs or sweeps:
         logger.info(
-            "sent again %d searches and %d grading runs left running", len(searches), len(runs)
+            "sent again %d searches, %d grading runs and %d sweeps left running",
+            len(searches),
+            len(runs),
+            len(sweeps),
         )

@@ -102,7 +102,7 @@ def evaluator_request(
         "description": dimension.description or "(no description)",
         "request": request,
         "documents": documents_render(documents),
-        "response": response_render(_without_system_turns(response)),
+        "response": response_render(without_system_turns(response)),
     }
     # Derived from the template and the task's texts, not the response: every response of a
     # task gets the same opening, which servers that cache prompt prefixes reuse.
@@ -119,7 +119,9 @@ def evaluator_request(
     return ChatRequest(messages, EVALUATOR_SCHEMA, REQUEST_NAME, seed=run)
 
 
-def _without_system_turns(response: ResponseInput) -> ResponseInput:
+def without_system_turns(response: ResponseInput) -> ResponseInput:
+    """A trajectory without its system turns: the agent's system prompt is where a steering
+    instruction sits, so no evaluator (judge or metagrader program) may read it."""
     if response.messages is None:
         return response
     turns = tuple(m for m in response.messages if m.get("role") != "system")
