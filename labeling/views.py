@@ -211,6 +211,7 @@ _JOB_OWNERS = (
     ("grading_run", "grading run", "grading-run"),
     ("search_run", "search", "search"),
     ("audit_run", "audit", "audit"),
+    ("synthesis_sweep", "evaluator sweep", "synthesis-sweep"),
 )
 
 
