@@ -237,9 +237,12 @@ class _SweepPass:
             for pk in settings
         }
         self.usages = [client.usage for client in clients.values()]
+        # Units wait here, before their prompt is built, so a sweep of thousands holds only a
+        # few prompts per endpoint in memory; twice the client's limit keeps it busy.
+        slots = {pk: asyncio.Semaphore(2 * settings[pk].max_concurrency) for pk in settings}
         try:
             results = await asyncio.gather(
-                *(self._unit_score(u, material, clients, state, owner) for u in units),
+                *(self._unit_score(u, material, clients, slots, state, owner) for u in units),
                 return_exceptions=True,
             )
         finally:
@@ -258,11 +261,21 @@ class _SweepPass:
         unit: Unit,
         material: Material,
         clients: dict[int, JudgeClient],
+        slots: dict[int, asyncio.Semaphore],
         state: _PassState,
         owner: DatabaseJudgeCache,
     ) -> None:
         evaluator = self.sweep.evaluators[unit.evaluator]
-        judge: Judge = clients[evaluator["endpoint"]]
+        async with slots[evaluator["endpoint"]]:
+            score, error = await self._unit_evaluate(
+                unit, evaluator, material, clients[evaluator["endpoint"]]
+            )
+        owner.call(self._store, unit, evaluator["name"], score, error, state)
+
+    async def _unit_evaluate(
+        self, unit: Unit, evaluator: dict[str, Any], material: Material, judge: Judge
+    ) -> tuple[float | None, str | None]:
+        """The unit's score, or None and why it failed."""
         response = material.responses[unit.response]
         task = material.tasks[material.task_of[unit.response]]
         if evaluator["metagrader"] is None:
@@ -274,17 +287,15 @@ class _SweepPass:
                 run=unit.run,
             )
             answer = evaluator_answer_read(await judge.complete(request))
-            score, error = answer.score, answer.error
-        else:
-            program: Program = self.programs[evaluator["metagrader"]]
-            grade = await grade_scalar(
-                program, task, without_system_turns(response), SeededJudge(judge, unit.run)
-            )
-            score = score_in_range(grade.reward)
-            error = grade.error or (
-                None if score is not None else f"reward {grade.reward} is outside [0, 1]"
-            )
-        owner.call(self._store, unit, evaluator["name"], score, error, state)
+            return answer.score, answer.error
+        program: Program = self.programs[evaluator["metagrader"]]
+        grade = await grade_scalar(
+            program, task, without_system_turns(response), SeededJudge(judge, unit.run)
+        )
+        score = score_in_range(grade.reward)
+        if score is None:
+            return None, grade.error or f"reward {grade.reward} is outside [0, 1]"
+        return score, None
 
     def _store(
         self, unit: Unit, name: str, score: float | None, error: str | None, state: _PassState

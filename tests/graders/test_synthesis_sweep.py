@@ -282,3 +282,18 @@ def test_the_command_starts_a_sweep_and_refuses_bad_input(
 )  # fmt: skip
 def test_eta_text(done: int, left: int, elapsed: float, text: str) -> None:
     assert eta_text(done, left, elapsed) == text
+
+
+def test_a_judge_and_a_grader_on_one_endpoint_share_its_concurrency_limit(
+    project: Project, evaluator: JudgeEndpoint, fake_judge: FakeJudgeServer
+) -> None:
+    synthesis_rows(project, [DrawSpec() for _ in range(4)])
+    JudgeEndpoint.objects.filter(pk=evaluator.pk).update(max_concurrency=2)
+    evaluator.refresh_from_db()
+    fake_judge.latency_s = 0.05
+    grader = metagrader_register(
+        project=project, program=baseline_program("scalar").to_json(), origin="baseline"
+    )
+    sweep_execute(sweep_id=_start(project, [evaluator], graders=[grader], runs=1).pk)
+    assert fake_judge.call_count == 16  # 8 responses x 2 evaluators
+    assert fake_judge.max_in_flight == 2
