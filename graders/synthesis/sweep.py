@@ -21,6 +21,7 @@ from labeling.models import (
     JobStatus,
     JudgeScore,
     Preference,
+    Project,
     Provider,
     Synthesis,
     SynthesisDraw,
@@ -77,40 +78,9 @@ def sweep_start(
     (default: the project's default endpoint). Raises SweepInvalid naming what is wrong;
     nothing is written then."""
     project = synthesis.project
-    if not judges and not graders:
-        raise SweepInvalid("choose at least one judge endpoint or scalar grader to sweep")
     if not 1 <= runs <= MAX_RUNS:
         raise SweepInvalid(f"runs must be from 1 to {MAX_RUNS}, not {runs}")
-    if graders and grader_endpoint is None:
-        grader_endpoint = JudgeEndpoint.objects.filter(project=project, is_default=True).first()
-        if grader_endpoint is None:
-            raise SweepInvalid("graders need an endpoint to run on, and the project has no default")
-    foreign = [str(e) for e in (*judges, grader_endpoint) if e and e.project_id != project.pk]
-    foreign += [str(g) for g in graders if g.project_id != project.pk]
-    if foreign:
-        raise SweepInvalid(f"not in project {project.slug!r}: {', '.join(foreign)}")
-    not_scalar = [f"#{g.pk} {g.name} ({g.kind})" for g in graders if g.kind != "scalar"]
-    if not_scalar:
-        raise SweepInvalid(
-            f"only scalar graders score one response alone: {', '.join(not_scalar)} is not"
-        )
-    evaluators = [{"name": evaluator_name(e), "endpoint": e.pk, "metagrader": None} for e in judges]
-    assert grader_endpoint is not None or not graders
-    evaluators += [
-        {"name": evaluator_name(grader_endpoint, g), "endpoint": grader_endpoint.pk,
-         "metagrader": g.pk}
-        for g in graders
-        if grader_endpoint is not None
-    ]  # fmt: skip
-    names = [e["name"] for e in evaluators]
-    if len(set(names)) != len(names):
-        raise SweepInvalid("an evaluator is listed twice")
-    too_long = [n for n in names if len(n) > JUDGE_NAME_MAX]
-    if too_long:
-        raise SweepInvalid(
-            f"evaluator name longer than {JUDGE_NAME_MAX} characters: {too_long[0][:60]}...; "
-            "shorten the endpoint or grader name"
-        )
+    evaluators = _evaluators(project, judges, graders, grader_endpoint)
     if not kept_pairs(synthesis):
         raise SweepInvalid(f"synthesis {synthesis.external_id!r} has no kept pair with responses")
     synthesis_labels_ensure(synthesis=synthesis)
@@ -128,6 +98,47 @@ def sweep_start(
 
     synthesis_sweep_task.delay_on_commit(sweep.pk)
     return sweep
+
+
+def _evaluators(
+    project: Project,
+    judges: Sequence[JudgeEndpoint],
+    graders: Sequence[Metagrader],
+    grader_endpoint: JudgeEndpoint | None,
+) -> list[dict[str, Any]]:
+    """The sweep's evaluators as stored ({"name", "endpoint", "metagrader"}), checked."""
+    if not judges and not graders:
+        raise SweepInvalid("choose at least one judge endpoint or scalar grader to sweep")
+    if graders and grader_endpoint is None:
+        grader_endpoint = JudgeEndpoint.objects.filter(project=project, is_default=True).first()
+        if grader_endpoint is None:
+            raise SweepInvalid("graders need an endpoint to run on, and the project has no default")
+    foreign = [str(e) for e in (*judges, grader_endpoint) if e and e.project_id != project.pk]
+    foreign += [str(g) for g in graders if g.project_id != project.pk]
+    if foreign:
+        raise SweepInvalid(f"not in project {project.slug!r}: {', '.join(foreign)}")
+    not_scalar = [f"#{g.pk} {g.name} ({g.kind})" for g in graders if g.kind != "scalar"]
+    if not_scalar:
+        raise SweepInvalid(
+            f"only scalar graders score one response alone: {', '.join(not_scalar)} is not"
+        )
+    evaluators = [{"name": evaluator_name(e), "endpoint": e.pk, "metagrader": None} for e in judges]
+    if grader_endpoint is not None:
+        evaluators += [
+            {"name": evaluator_name(grader_endpoint, g), "endpoint": grader_endpoint.pk,
+             "metagrader": g.pk}
+            for g in graders
+        ]  # fmt: skip
+    names = [e["name"] for e in evaluators]
+    if len(set(names)) != len(names):
+        raise SweepInvalid("an evaluator is listed twice")
+    too_long = [n for n in names if len(n) > JUDGE_NAME_MAX]
+    if too_long:
+        raise SweepInvalid(
+            f"evaluator name longer than {JUDGE_NAME_MAX} characters: {too_long[0][:60]}...; "
+            "shorten the endpoint or grader name"
+        )
+    return evaluators
 
 
 def synthesis_labels_ensure(*, synthesis: Synthesis) -> int:

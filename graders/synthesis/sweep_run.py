@@ -208,7 +208,7 @@ class _SweepPass:
                 self.sweep.refresh_from_db(fields=["usage"])
                 raise BudgetSpent(budget_spent_text(self.sweep.usage))
         return {
-            "scores": state.total,
+            "units": state.total,
             "scored_now": state.scored_now,
             "failed_now": state.failures,
             "failure_examples": state.examples,

@@ -89,6 +89,7 @@ def test_each_kept_response_is_scored_alone_in_n_runs_and_meta_eval_ranks_the_ju
     assert row["score_sd"] == pytest.approx(0.01)
     job = Job.objects.get(pk=sweep.job_id)
     assert (job.status, job.done, job.total) == (JobStatus.SUCCEEDED, 12, 12)
+    assert job.stage == "Scoring responses · 12 of 12"  # nothing left: no time estimate
     assert job.result["scored_now"] == 12 and job.result["failed_now"] == {}
     assert SynthesisSweep.objects.get(pk=sweep.pk).usage["calls"] == 12
 
