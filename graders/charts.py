@@ -183,6 +183,13 @@ def _legend() -> SafeString:
     )
 
 
+SCATTER_LABEL = 24
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= SCATTER_LABEL else text[: SCATTER_LABEL - 1] + "…"
+
+
 def _n(value: float) -> str:
     """A coordinate, short enough to keep the markup small."""
     return f"{value:.1f}"
@@ -224,13 +231,16 @@ def scatter_svg(
         _n(middle), _n(middle), y_label,
     )  # fmt: skip
     shown = [p for p in points if p.get(x_key) is not None and p.get(y_key) is not None]
+    # Each point is named beside it (cut to SCATTER_LABEL characters; the tooltip and the
+    # table have the whole name).
     dots = format_html_join(
         "",
         '<circle class="point selection" cx="{}" cy="{}" r="5"><title>{}: {} {}, {} {}'
-        "</title></circle>",
+        '</title></circle><text class="tick" x="{}" y="{}">{}</text>',
         (
             (_n(x_of(p[x_key])), _n(y_of(p[y_key])), p.get("label", ""), x_label,
-             f"{p[x_key]:.3f}", y_label, f"{p[y_key]:.3f}")
+             f"{p[x_key]:.3f}", y_label, f"{p[y_key]:.3f}", _n(x_of(p[x_key]) + 8),
+             _n(y_of(p[y_key]) - 6), _short(str(p.get("label", ""))))
             for p in shown
         ),
     )  # fmt: skip
