@@ -58,6 +58,10 @@ class SweepForm(forms.Form):
             "-created_at", "-pk"
         )
         graders.label_from_instance = lambda g: f"#{g.pk} {g.name}"  # type: ignore[attr-defined]
+        if not graders.queryset.exists():  # type: ignore[attr-defined]
+            graders.help_text = "This project has no scalar grader yet."
+        if not endpoints.exists():
+            self.fields["judges"].help_text = "This project has no judge endpoint yet."
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}

@@ -44,6 +44,7 @@ def sweeps_page(request: HttpRequest, slug: str) -> HttpResponse:
         "project": access.project,
         "can_manage": access.can(Perm.MANAGE),
         "has_syntheses": access.project.syntheses.exists(),
+        "has_endpoints": access.project.judge_endpoints.exists(),
         "sweeps": Paginator(sweeps, SWEEPS_PAGE).get_page(request.GET.get("page")),
         "form": form,
     }

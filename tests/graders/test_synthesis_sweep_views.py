@@ -78,9 +78,16 @@ def test_experts_see_nothing_reviewers_read_and_admins_start(
     assert f'<a href="{detail}">evaluator sweep #{sweep.pk}</a>' in job_page
 
 
-def test_a_project_without_a_synthesis_says_so(project: Project, admin_user: Any) -> None:
+def test_a_project_without_a_synthesis_or_a_judge_says_so(
+    project: Project, admin_user: Any
+) -> None:
     page = _client(admin_user).get(reverse("synthesis-sweeps", args=["acme"])).content.decode()
     assert "No synthesis in this project yet" in page
+    assert "No judge endpoint yet" in page
+    synthesis_rows(project, [DrawSpec()])
+    page = _client(admin_user).get(reverse("synthesis-sweeps", args=["acme"])).content.decode()
+    assert "This project has no judge endpoint yet." in page
+    assert "This project has no scalar grader yet." in page
 
 
 def test_a_budget_stopped_sweep_resumes_from_its_page(
