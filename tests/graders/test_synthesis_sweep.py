@@ -298,3 +298,30 @@ def test_a_judge_and_a_grader_on_one_endpoint_share_its_concurrency_limit(
     sweep_execute(sweep_id=_start(project, [evaluator], graders=[grader], runs=1).pk)
     assert fake_judge.call_count == 16  # 8 responses x 2 evaluators
     assert fake_judge.max_in_flight == 2
+
+
+def test_the_command_resumes_a_stopped_sweep_with_a_raised_budget(
+    project: Project, evaluator: JudgeEndpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from graders import tasks
+
+    synthesis_rows(project, [DrawSpec()])
+    sweep = _start(project, [evaluator], runs=2, max_calls=1)
+    sweep_execute(sweep_id=sweep.pk)
+    monkeypatch.setattr(
+        tasks.synthesis_sweep_task, "delay_on_commit", lambda pk: sweep_execute(sweep_id=pk)
+    )
+    for options, message in [
+        ({"resume": 999}, "sweep 999 is not in project 'acme'"),
+        ({"resume": sweep.pk, "judge": [evaluator.pk]}, "leave out --judge, --grader"),
+        ({"resume": sweep.pk}, "--max-calls: The limit of 1 is spent"),
+    ]:
+        with pytest.raises(CommandError, match=re.escape(message)):
+            call_command("synthesis_sweep", project="acme", **options)
+    out = io.StringIO()
+    call_command("synthesis_sweep", project="acme", resume=sweep.pk, max_calls=10, wait=True,
+                 stdout=out, stderr=io.StringIO())  # fmt: skip
+    assert f"Sweep {sweep.pk} resumed as job {sweep.job_id}." in out.getvalue()
+    assert JudgeScore.objects.count() == 4
+    with pytest.raises(CommandError, match="is succeeded: only a stopped sweep"):
+        call_command("synthesis_sweep", project="acme", resume=sweep.pk)
