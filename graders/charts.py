@@ -267,6 +267,73 @@ def _legend() -> SafeString:
     )
 
 
+SCATTER_LABEL = 24
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= SCATTER_LABEL else text[: SCATTER_LABEL - 1] + "…"
+
+
 def _n(value: float) -> str:
     """A coordinate, short enough to keep the markup small."""
     return f"{value:.1f}"
+
+
+def scatter_svg(
+    points: Sequence[Point], *, x_key: str, y_key: str, x_label: str, y_label: str, title: str
+) -> SafeString:
+    """Points with both values in [0, 1] as an inline SVG scatter (x_key across, y_key up),
+    each with its `label` as a tooltip; points missing either value are left out. Labels come
+    from users and imports (evaluator names): escaped like every other text here."""
+    plot_w, plot_h = WIDTH - LEFT - RIGHT - 2 * INSET, HEIGHT - TOP - BOTTOM
+
+    def x_of(value: float) -> float:
+        return LEFT + INSET + plot_w * min(max(value, 0.0), 1.0)
+
+    def y_of(value: float) -> float:
+        return TOP + plot_h * (1 - min(max(value, 0.0), 1.0))
+
+    left, right, bottom = LEFT, WIDTH - RIGHT, HEIGHT - BOTTOM
+    middle = (TOP + bottom) / 2
+    grid = format_html_join(
+        "",
+        '<line class="gridline" x1="{}" y1="{}" x2="{}" y2="{}"/>'
+        '<text class="tick" x="{}" y="{}" text-anchor="end">{}</text>'
+        '<text class="tick" x="{}" y="{}" text-anchor="middle">{}</text>',
+        (
+            (left, _n(y_of(t)), right, _n(y_of(t)), left - 6, _n(y_of(t) + 4), f"{t:g}",
+             _n(x_of(t)), bottom + 16, f"{t:g}")
+            for t in Y_TICKS
+        ),
+    )  # fmt: skip
+    axes = format_html(
+        '<line class="axis" x1="{}" y1="{}" x2="{}" y2="{}"/>'
+        '<text class="axis-label" x="{}" y="{}" text-anchor="middle">{}</text>'
+        '<text class="axis-label" x="16" y="{}" text-anchor="middle" '
+        'transform="rotate(-90 16 {})">{}</text>',
+        left, bottom, right, bottom, _n((left + right) / 2), bottom + 34, x_label,
+        _n(middle), _n(middle), y_label,
+    )  # fmt: skip
+    shown = [p for p in points if p.get(x_key) is not None and p.get(y_key) is not None]
+    # Each point is named beside it (cut to SCATTER_LABEL characters; the tooltip and the
+    # table have the whole name).
+    dots = format_html_join(
+        "",
+        '<circle class="point selection" cx="{}" cy="{}" r="5"><title>{}: {} {}, {} {}'
+        '</title></circle><text class="tick" x="{}" y="{}">{}</text>',
+        (
+            (_n(x_of(p[x_key])), _n(y_of(p[y_key])), p.get("label", ""), x_label,
+             f"{p[x_key]:.3f}", y_label, f"{p[y_key]:.3f}", _n(x_of(p[x_key]) + 8),
+             _n(y_of(p[y_key]) - 6), _short(str(p.get("label", ""))))
+            for p in shown
+        ),
+    )  # fmt: skip
+    head = format_html(
+        '<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {} {}" '
+        'role="img" aria-labelledby="scatter-title scatter-desc">'
+        '<title id="scatter-title">{}</title>'
+        '<desc id="scatter-desc">{} against {}, one point per evaluator. The table beside it '
+        "gives the same numbers.</desc>",
+        WIDTH, HEIGHT, title, y_label, x_label,
+    )  # fmt: skip
+    return mark_safe(head + grid + axes + dots + "</svg>")

@@ -22,6 +22,7 @@ from graders.engine.metrics import (
     within_task_spearman,
     within_task_spearman_ci,
 )
+from graders.engine.rank_correlation import EXACT_MAX_N, holm, spearman
 from graders.models import Grade, GradingRun
 from labeling.agreement_stats import NO_DIMENSION, Category, majority_vote
 from labeling.models import JudgeScore, Preference, Project, Score, ScoreProvider, Split, Task
@@ -207,9 +208,33 @@ def reference_pairs(
 
 
 META_EVAL_FIELDS = (
-    "pairs", "runs", "accuracy", "tie_rate", "leniency", "score_sd", "distinct_scores",
-    "stable", "always_tied", "wobbled", "flipped", "failed_runs",
+    "pairs", "runs", "accuracy", "accuracy_when_committed", "tie_rate", "leniency", "score_sd",
+    "distinct_scores", "stable", "always_tied", "wobbled", "flipped", "failed_runs",
 )  # fmt: skip
+# The evaluator properties the correlation panel sets against accuracy (PADME Table 4).
+CORRELATION_FACTORS = ("tie_rate", "distinct_scores", "leniency")
+CORRELATION_METHOD = (
+    f"Spearman's rho across evaluators (average ranks for ties); two-sided p exact by "
+    f"permutation up to {EXACT_MAX_N} evaluators, else the t approximation with n - 2 degrees "
+    "of freedom; p_holm is Holm-Bonferroni over the factors tested"
+)
+
+
+def evaluator_correlations(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Spearman's rho of accuracy against each CORRELATION_FACTORS value across `rows` (one per
+    evaluator), with p values; an evaluator without the factor (no emitted score, so no
+    leniency) is left out of that factor's n."""
+    factors = []
+    for factor in CORRELATION_FACTORS:
+        paired = [(r["accuracy"], r[factor]) for r in rows if r[factor] is not None]
+        result = spearman([a for a, _ in paired], [f for _, f in paired])
+        factors.append({"factor": factor, "n": result.n, "rho": result.rho, "p": result.p})
+    tested = [f for f in factors if f["p"] is not None]
+    for entry, adjusted in zip(tested, holm([f["p"] for f in tested]), strict=True):
+        entry["p_holm"] = adjusted
+    for entry in factors:
+        entry.setdefault("p_holm", None)
+    return {"evaluators": len(rows), "method": CORRELATION_METHOD, "factors": factors}
 
 
 def meta_eval_rows(
@@ -276,4 +301,9 @@ def meta_eval_rows(
         overall.append(row(judge, covered, covered[0] if len(covered) == 1 else None))
         if len(covered) > 1:
             by_dimension += [row(judge, [d], NO_DIMENSION if d is None else d) for d in covered]
-    return {"reference": reference, "rows": overall, "by_dimension": by_dimension}
+    return {
+        "reference": reference,
+        "rows": overall,
+        "by_dimension": by_dimension,
+        "correlations": evaluator_correlations(overall),
+    }

@@ -4,7 +4,14 @@ from typing import Any
 from django import forms
 
 from graders.engine.programs import KINDS
-from graders.models import GradingRun, JudgeEndpoint, Metagrader, SearchMode, SearchRun
+from graders.models import (
+    GradingRun,
+    JudgeEndpoint,
+    Metagrader,
+    SearchMode,
+    SearchRun,
+    SynthesisSweep,
+)
 from graders.search import MAX_CANDIDATES
 from labeling.models import INT_FIELD_MAX, Project, Split
 
@@ -167,7 +174,7 @@ class ResumeBudgetForm(forms.Form):
     def __init__(
         self,
         *args: object,
-        limits: GradingRun | SearchRun,
+        limits: GradingRun | SearchRun | SynthesisSweep,
         spent: Mapping[str, Any],
         **kwargs: object,
     ) -> None:

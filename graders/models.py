@@ -507,3 +507,29 @@ class SynthesisRunJudge(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}: judge {self.position} {self.endpoint_id}"
+
+
+class SynthesisSweep(models.Model):
+    """An evaluator sweep (PADME section 5.3, DESIGN.md section 11): each response of a
+    synthesis's kept pairs scored alone on its cell's dimension by each evaluator, `runs`
+    times. `evaluators` lists them as {"name", "endpoint", "metagrader"}: a judge endpoint with
+    the evaluator prompt (metagrader null) or a scalar metagrader's program run on the
+    endpoint. Scores are labeling.JudgeScore rows under the evaluator's `name`, fixed when the
+    sweep starts, so the meta-evaluation ranks them and a renamed endpoint splits nothing."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="sweeps")
+    synthesis = models.ForeignKey(Synthesis, on_delete=models.CASCADE, related_name="sweeps")
+    job = models.OneToOneField(Job, on_delete=models.PROTECT, related_name="synthesis_sweep")
+    evaluators = models.JSONField()
+    runs = models.PositiveSmallIntegerField(default=3)
+    max_calls = models.PositiveIntegerField(null=True, blank=True)
+    max_cost = models.FloatField(null=True, blank=True)
+    usage = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        constraints = [models.CheckConstraint(condition=Q(runs__gte=1), name="sweep_runs")]
+
+    def __str__(self) -> str:
+        return f"sweep {self.pk} of {self.synthesis}"

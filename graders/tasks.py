@@ -9,6 +9,7 @@ from celery.signals import worker_ready
 from graders.grading import grading_run_execute
 from graders.search import search_run_execute
 from graders.synthesis.execute import synthesis_run_execute
+from graders.synthesis.sweep_run import sweep_execute
 
 logger = logging.getLogger(__name__)
 
@@ -28,15 +29,19 @@ def synthesis_run_task(run_id: int) -> dict[str, Any]:
     return synthesis_run_execute(run_id=run_id)
 
 
+def synthesis_sweep_task(sweep_id: int) -> dict[str, Any]:
+    return sweep_execute(sweep_id=sweep_id)
+
+
 @worker_ready.connect
 def jobs_recover(**_: Any) -> None:
-    """Send again the searches, synthesis runs and grading runs a dead worker left running. A
-    broker may hold their messages until a visibility timeout (Redis) or may have lost them
-    (the file-system broker), so a starting worker does not wait for it. A search or synthesis
-    run whose holder is alive keeps its lease and the extra message only looks again later; a
-    grading run's tasks are claimed by conditional update, so a second delivery repeats
-    nothing."""
-    from graders.models import GradingRun, SearchRun, SynthesisRun
+    """Send again the searches, synthesis runs, sweeps and grading runs a dead worker left
+    running. A broker may hold their messages until a visibility timeout (Redis) or may have
+    lost them (the file-system broker), so a starting worker does not wait for it. A search,
+    synthesis run or sweep whose holder is alive keeps its lease and the extra message only
+    looks again later; a grading run's tasks are claimed by conditional update, so a second
+    delivery repeats nothing."""
+    from graders.models import GradingRun, SearchRun, SynthesisRun, SynthesisSweep
     from labeling.models import JobStatus
 
     searches = list(
@@ -50,16 +55,23 @@ def jobs_recover(**_: Any) -> None:
     syntheses = list(
         SynthesisRun.objects.filter(job__status=JobStatus.RUNNING).values_list("pk", flat=True)
     )
+    # A sweep's holder keeps its lease like a search's; a dead one's is taken back.
+    sweeps = list(
+        SynthesisSweep.objects.filter(job__status=JobStatus.RUNNING).values_list("pk", flat=True)
+    )
+    for pk in sweeps:
+        synthesis_sweep_task.delay(pk)
     for pk in searches:
         search_run_task.delay(pk)
     for pk in syntheses:
         synthesis_run_task.delay(pk)
     for pk in runs:
         grading_run_task.delay(pk)
-    if searches or runs or syntheses:
+    if searches or runs or syntheses or sweeps:
         logger.info(
-            "sent again %d searches, %d synthesis runs and %d grading runs left running",
+            "sent again %d searches, %d synthesis runs, %d sweeps and %d grading runs left running",
             len(searches),
             len(syntheses),
+            len(sweeps),
             len(runs),
         )

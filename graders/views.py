@@ -9,6 +9,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from graders.charts import scatter_svg
 from graders.engine.programs import KINDS
 from graders.evaluation import meta_eval_rows
 from graders.forms import ResumeBudgetForm, RunForm
@@ -25,6 +26,11 @@ from labeling.access import Perm, ProjectAccess, project_access
 from labeling.models import Job, Project, Provider
 
 GRADES_PER_PAGE = 50
+FACTOR_LABELS = {
+    "tie_rate": "Tie rate",
+    "distinct_scores": "Distinct scores",
+    "leniency": "Leniency (mean score)",
+}
 LIST_PAGE = 50  # graders per page
 RUNS_PAGE = 20
 
@@ -174,11 +180,23 @@ def meta_eval_page(request: HttpRequest, slug: str) -> HttpResponse:
     if reference not in Provider.values:
         raise Http404("Unknown reference provider.")
     report = meta_eval_rows(project=access.project, reference=reference)
+    points = [{"label": r["judge"], **r} for r in report["rows"]]
     context = {
         "access": access,
         "project": access.project,
         "report": report,
         "references": Provider.values,
+        "factors": [
+            {**f, "label": FACTOR_LABELS[f["factor"]]} for f in report["correlations"]["factors"]
+        ],
+        "chart": scatter_svg(
+            points,
+            x_key="tie_rate",
+            y_key="accuracy",
+            x_label="Tie rate",
+            y_label="Accuracy",
+            title="Accuracy against tie rate",
+        ),
     }
     return render(request, "graders/meta_eval.html", context)
 

@@ -212,6 +212,7 @@ _JOB_OWNERS = (
     ("search_run", "search", "search"),
     ("audit_run", "audit", "audit"),
     ("synthesis_run", "synthesis run", "synthesis-run"),
+    ("synthesis_sweep", "evaluator sweep", "synthesis-sweep"),
 )
 
 

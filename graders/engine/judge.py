@@ -107,7 +107,8 @@ class ChatRequest:
     schema: dict[str, Any] | None = None
     name: str = "judge"
     # The sampling seed of this call, in place of the settings' seed: a new seed asks for a new
-    # sample and makes a new cache key (a synthesis retry's fresh rollout). None: the settings'.
+    # sample and makes a new cache key (a synthesis retry's fresh rollout, an evaluator sweep's
+    # run index). None: the settings'.
     seed: int | None = None
 
 
@@ -519,6 +520,10 @@ def request_key(settings: JudgeSettings, request: ChatRequest) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def _seed(settings: JudgeSettings, request: ChatRequest) -> int | None:
+    return settings.seed if request.seed is None else request.seed
+
+
 def retry_after_seconds(value: str | None, now: datetime | None = None) -> float | None:
     """Seconds to wait per a Retry-After header (delay-seconds or an HTTP date), or None."""
     if value is None:
@@ -580,10 +585,6 @@ def _payload(settings: JudgeSettings, request: ChatRequest) -> dict[str, Any]:
     if response_format is not None:
         payload["response_format"] = response_format
     return payload
-
-
-def _seed(settings: JudgeSettings, request: ChatRequest) -> int | None:
-    return settings.seed if request.seed is None else request.seed
 
 
 def _body_encode(payload: dict[str, Any]) -> bytes:

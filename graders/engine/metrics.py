@@ -251,6 +251,7 @@ class EvaluatorReport:
     pairs: int
     runs: int
     accuracy: float
+    accuracy_when_committed: float | None
     tie_rate: float
     leniency: float | None
     score_sd: float | None
@@ -269,6 +270,10 @@ def evaluator_report(runs: EvaluatorRuns) -> EvaluatorReport:
 
     - accuracy: runs where the preferred response scores strictly higher / all pair-runs; ties and
       failed calls count as wrong.
+    - accuracy_when_committed: the same over the pair-runs where the evaluator picked a side
+      (both scores exist and differ): ties and failed calls are left out, not counted wrong;
+      None when it never picked one. Tells an evaluator that misjudges from one that only
+      scores too coarsely to separate the pair.
     - tie_rate: runs where both scores exist and are equal / all pair-runs (failed runs stay in
       the denominator).
     - leniency: mean of all emitted scores, each response counted once per run; None if none.
@@ -290,6 +295,7 @@ def evaluator_report(runs: EvaluatorRuns) -> EvaluatorReport:
     picked_other = other - preferred > FLOAT_SLACK
     failed = np.isnan(preferred) | np.isnan(other)
     tied = ~failed & ~picked_preferred & ~picked_other
+    committed = int(picked_preferred.sum() + picked_other.sum())
 
     emitted = score_table.values[~np.isnan(score_table.values)]
     emitted_per_response = (~np.isnan(score_table.values)).sum(axis=1)
@@ -304,6 +310,7 @@ def evaluator_report(runs: EvaluatorRuns) -> EvaluatorReport:
         pairs=len(runs.pairs),
         runs=len(runs.scores),
         accuracy=float(picked_preferred.sum() / pair_runs),
+        accuracy_when_committed=float(picked_preferred.sum() / committed) if committed else None,
         tie_rate=float(tied.sum() / pair_runs),
         leniency=float(emitted.mean()) if emitted.size else None,
         score_sd=float(np.nanstd(with_spread, axis=1, ddof=1).mean()) if with_spread.size else None,
@@ -430,6 +437,15 @@ def _within_task_rho(responses: ScoredResponses) -> FloatArray:
     rho = np.zeros(tasks)
     rho[scored] = covariance[scored] / np.sqrt(true_square[scored] * pred_square[scored])
     return rho[eligible]
+
+
+def average_ranks(values: FloatArray) -> FloatArray:
+    """1-based ranks of `values`, ties (closer than FLOAT_SLACK) given their average rank."""
+    size = values.size
+    ranks, _ = _average_ranks_within(
+        np.zeros(size, dtype=np.int64), np.array([size], dtype=np.int64), values
+    )
+    return ranks
 
 
 def _average_ranks_within(

@@ -2,10 +2,11 @@
 
 from django.urls import URLPattern, path
 
-from graders.synthesis import validation_api, validation_views, views
+from graders.synthesis import sweep_views, validation_api, validation_views, views
 
 RUN = "p/<slug:slug>/synthesis/<int:run_id>/"
 VALIDATION = "p/<slug:slug>/syntheses/<int:synthesis_id>/validation/"
+SWEEP = "p/<slug:slug>/syntheses/sweeps/<int:sweep_id>/"
 
 urlpatterns: list[URLPattern] = [
     path("p/<slug:slug>/synthesis/", views.synthesis_runs_page, name="synthesis-runs"),
@@ -26,4 +27,7 @@ urlpatterns: list[URLPattern] = [
         validation_api.validation_get,
         name="api-synthesis-validation",
     ),
+    path("p/<slug:slug>/syntheses/sweeps/", sweep_views.sweeps_page, name="synthesis-sweeps"),
+    path(SWEEP, sweep_views.sweep_page, name="synthesis-sweep"),
+    path(SWEEP + "resume/", sweep_views.sweep_resume_view, name="synthesis-sweep-resume"),
 ]

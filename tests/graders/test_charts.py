@@ -97,3 +97,22 @@ def test_depth_chart_draws_one_point_and_interval_per_judged_depth() -> None:
     # Every depth has its tick, the one without a point included; no line across the gap.
     assert all(f">D_{k}</text>" in svg for k in range(3))
     assert "<polyline" not in svg
+
+
+def test_the_scatter_escapes_its_labels_and_leaves_out_points_without_both_values() -> None:
+    from graders.charts import scatter_svg
+
+    points = [
+        {"label": HOSTILE, "tie_rate": 0.5, "accuracy": 0.25},
+        {"label": "no leniency", "tie_rate": None, "accuracy": 0.9},
+        {"label": "a judge with a very long name indeed", "tie_rate": 0.0, "accuracy": 1.0},
+    ]
+    svg = str(
+        scatter_svg(points, x_key="tie_rate", y_key="accuracy", x_label="Tie rate",
+                    y_label="Accuracy", title="Accuracy against tie rate")
+    )  # fmt: skip
+    assert "<script>" not in svg and "&lt;script&gt;alert(1)&lt;/script&gt;" in svg
+    assert svg.count("<circle") == 2 and "no leniency" not in svg
+    assert "a judge with a very lon…</text>" in svg
+    # x = LEFT + INSET + 0.5 * (640 - 64 - 24 - 32) = 340; y = 16 + 212 * 0.75 = 175.
+    assert '<circle class="point selection" cx="340.0" cy="175.0" r="5">' in svg

@@ -13,7 +13,9 @@ from labeling.models import Provider
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
-    return f"{value:.3f}" if isinstance(value, float) else str(value)
+    if isinstance(value, float):
+        return f"{value:.3f}" if value >= 0.001 or value <= 0 else f"{value:.1e}"
+    return str(value)
 
 
 class Command(BaseCommand):
@@ -40,9 +42,16 @@ class Command(BaseCommand):
                 f"No judge scores on pairs labeled by provider {options['reference']!r}."
             )
             return
-        columns = ["judge", "dimension", "pairs", "runs", "accuracy", "tie_rate", "leniency",
-                   "score_sd", "distinct_scores", "stable", "always_tied", "wobbled", "flipped",
-                   "failed_runs"]  # fmt: skip
+        columns = ["judge", "dimension", "pairs", "runs", "accuracy", "accuracy_when_committed",
+                   "tie_rate", "leniency", "score_sd", "distinct_scores", "stable", "always_tied",
+                   "wobbled", "flipped", "failed_runs"]  # fmt: skip
         self.stdout.write("\t".join(columns))
         for row in report["rows"] + report["by_dimension"]:
             self.stdout.write("\t".join(_cell(row[c]) for c in columns))
+        correlations = report["correlations"]
+        self.stdout.write(f"\nAccuracy across {correlations['evaluators']} evaluators against:")
+        self.stdout.write("factor\tn\trho\tp\tp_holm")
+        for factor in correlations["factors"]:
+            cells = [factor[key] for key in ("factor", "n", "rho", "p", "p_holm")]
+            self.stdout.write("\t".join(_cell(cell) for cell in cells))
+        self.stdout.write(correlations["method"] + ".")

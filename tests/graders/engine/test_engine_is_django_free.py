@@ -45,3 +45,4 @@ def test_engine_modules_import_without_django() -> None:
         modules
     )
     assert "graders.engine.baseline" in modules
+    assert "graders.engine.synthesis.evaluator" in modules

@@ -530,17 +530,16 @@ def test_seed_none_is_left_out_of_the_request() -> None:
     assert "seed" not in received[0]
 
 
-def test_a_request_seed_replaces_the_settings_seed_in_body_and_key() -> None:
+def test_a_request_s_seed_replaces_the_settings_seed_on_the_wire_and_in_the_key() -> None:
     received: list[dict[str, Any]] = []
-    settings = settings_for("http://judge.test/v1", seed=None)
-    reseeded = ChatRequest(grade("a").messages, grade("a").schema, seed=3)
-    run(settings, [reseeded], transport=mock_transport(received))
-    assert received[0]["seed"] == 3
-    # The seed is what a key of the settings' seed 3 covers, and differs from the settings' own.
-    assert request_key(settings, reseeded) == request_key(
-        settings_for("http://judge.test/v1", seed=3), grade("a")
+    settings = settings_for("http://judge.test/v1", seed=7)
+    seeded = ChatRequest(grade("a").messages, SCORE_SCHEMA, seed=2)
+    run(settings, [seeded, grade("a")], transport=mock_transport(received))
+    assert sorted(body["seed"] for body in received) == [2, 7]
+    assert request_key(settings, seeded) == request_key(
+        settings_for("http://judge.test/v1", seed=2), grade("a")
     )
-    assert request_key(settings, reseeded) != request_key(settings, grade("a"))
+    assert request_key(settings, seeded) != request_key(settings, grade("a"))
 
 
 def test_settings_reject_an_unknown_response_format() -> None:

@@ -350,6 +350,8 @@ def test_evaluator_report_by_hand() -> None:
     assert (report.pairs, report.runs) == (6, 3)
     # Correct runs: a 3 + b 0 + c 2 + d 1 + e 0 + g 0 = 6 of 6 x 3 = 18.
     assert report.accuracy == pytest.approx(6 / 18)
+    # Committed runs (a side picked): the 6 correct, and d run 1 and g's 3 wrong: 6 of 10.
+    assert report.accuracy_when_committed == pytest.approx(6 / 10)
     # Ties with both scores: b 3 + c 1 = 4 of 18 (the 4 failed runs stay in the denominator).
     assert report.tie_rate == pytest.approx(4 / 18)
     # Failed runs: d run 3, e runs 1-3.
@@ -406,6 +408,7 @@ def test_evaluator_report_with_every_call_failed() -> None:
         0,
     )
     assert report.failed_pairs == 1
+    assert report.accuracy_when_committed is None  # it never picked a side
 
 
 def test_evaluator_runs_must_cover_every_response() -> None:
