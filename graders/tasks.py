@@ -29,6 +29,7 @@ def synthesis_run_task(run_id: int) -> dict[str, Any]:
     return synthesis_run_execute(run_id=run_id)
 
 
+@shared_task(acks_late=True, reject_on_worker_lost=True)
 def synthesis_sweep_task(sweep_id: int) -> dict[str, Any]:
     return sweep_execute(sweep_id=sweep_id)
 
