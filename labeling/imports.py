@@ -613,6 +613,7 @@ class _Writer:
                 Q(response_a_id__in=pks) | Q(response_b_id__in=pks), is_current=True
             )
         }
+        implying = self.draws_implying(pks)
         retired, created = [], []
         for line, r in batch:
             dimension = self.dimension_pk(dimensions, line, r.dimension)
@@ -638,7 +639,9 @@ class _Writer:
                 slot_order=r.slot_order,
                 seconds_spent=r.seconds_spent,
             )
-            if r.provider == "synthetic" and self.draw_contradicts(new, r.annotator_name):
+            low, high = sorted((a_pk, b_pk))
+            implied = implying.get((low, high, new.dimension_id, r.annotator_name))
+            if r.provider == "synthetic" and implied not in {None, preference_winner(new)}:
                 self.errors.add(
                     line,
                     "choice",
@@ -660,22 +663,23 @@ class _Writer:
         Preference.objects.filter(pk__in=retired).update(is_current=False)
         Preference.objects.bulk_create(created)
 
-    def draw_contradicts(self, preference: Preference, synthesis: str) -> bool:
-        """Whether a held draw of `synthesis` on this pair and dimension implies the other
-        side (FORMATS.md: a draw implies a synthetic preference for its second response)."""
-        sides = (preference.response_a_id, preference.response_b_id)
-        draw = (
-            SynthesisDraw.objects.filter(
-                cell__synthesis__project=self.project,
-                cell__synthesis__external_id=synthesis,
-                cell__dimension_id=preference.dimension_id,
-                low_response_id__in=sides,
-                high_response_id__in=sides,
-            )
-            .values_list("high_response_id", flat=True)
-            .first()
+    def draws_implying(self, pks: list[int]) -> dict[tuple[int, int, int | None, str], int]:
+        """The higher-level response of each held draw among `pks`, by (lower pk, higher pk,
+        dimension, synthesis id): FORMATS.md says a draw implies a synthetic preference for
+        it, annotated by the synthesis."""
+        rows = SynthesisDraw.objects.filter(
+            cell__synthesis__project=self.project, low_response_id__in=pks
+        ).values_list(
+            "low_response_id",
+            "high_response_id",
+            "cell__dimension_id",
+            "cell__synthesis__external_id",
         )
-        return draw is not None and draw != preference_winner(preference)
+        return {
+            (min(low, high), max(low, high), dimension, synthesis): high
+            for low, high, dimension, synthesis in rows
+            if high is not None
+        }
 
     def syntheses(self, batch: list[tuple[int, SynthesisRecord]]) -> None:
         held = {
@@ -786,20 +790,24 @@ class _Writer:
             resolved.append((line, r, synthesis, cell_fields, pair, outcome))
         if not resolved:
             return
-        cells = self._cells_upsert({(s.pk, r.cell): f for _, r, s, f, _, _ in resolved})
+        # What the project held, read before the cells are rewritten: a draw whose cell
+        # changed (its agent, say) counts as updated.
         held = {
-            (d.cell_id, d.retry): d
-            for d in SynthesisDraw.objects.filter(cell_id__in=cells.values()).prefetch_related(
-                "votes"
+            (d.cell.synthesis_id, d.cell.external_id, d.retry): draw_state(d)
+            for d in SynthesisDraw.objects.filter(
+                cell__synthesis_id__in={s.pk for _, _, s, *_ in resolved},
+                cell__external_id__in={r.cell for _, r, *_ in resolved},
             )
+            .select_related("cell")
+            .prefetch_related("votes")
         }
+        cells = self._cells_upsert({(s.pk, r.cell): f for _, r, s, f, _, _ in resolved})
         draws = []
-        for _line, r, synthesis, _fields, (low, high), outcome in resolved:
+        for _line, r, synthesis, fields, (low, high), outcome in resolved:
             cell = cells[(synthesis.pk, r.cell)]
             votes = [(v.judge, v.agrees, v.slot_order, list(v.answers)) for v in r.votes]
-            after = (low, high, outcome, r.cost, r.error, r.usage_json, votes)
-            old = held.get((cell, r.retry))
-            self.tally("synthesis_draw", None if old is None else draw_state(old), after)
+            after = (fields, low, high, outcome, r.cost, r.error, r.usage_json, votes)
+            self.tally("synthesis_draw", held.get((synthesis.pk, r.cell, r.retry)), after)
             draws.append(
                 SynthesisDraw(
                     cell_id=cell,
@@ -943,7 +951,9 @@ class _Writer:
 def draw_state(draw: SynthesisDraw) -> tuple[Any, ...]:
     """A held draw in the shape `_Writer.synthesis_draws` compares a record with."""
     votes = [(v.judge, v.agrees, v.slot_order, v.answers) for v in draw.votes.all()]
+    cell = draw.cell
     return (
+        (cell.task_id, cell.dimension_id, cell.low_level, cell.high_level, cell.agent),
         draw.low_response_id,
         draw.high_response_id,
         draw.outcome,

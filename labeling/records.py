@@ -314,7 +314,9 @@ class VoteIn(BaseModel):
     judge: Name
     agrees: StrictBool | None
     slot_order: Literal["ab", "ba", ""] = ""
-    answers: Annotated[list[str], Field(max_length=10)] = Field(default_factory=list)
+    answers: Annotated[list[Any], Field(max_length=10), AfterValidator(_json_plain)] = Field(
+        default_factory=list
+    )
 
 
 class StageUsage(BaseModel):

@@ -179,3 +179,16 @@ def test_a_contradicting_synthetic_preference_is_an_error_in_either_order(
     # The same preference, agreeing with the draw, is harmless.
     agreeing = {**contrary, "choice": "b"}
     assert not imported(project, tmp_path, [agreeing]).changed
+
+
+def test_a_changed_cell_field_counts_its_draws_as_updated(project: Project, tmp_path: Path) -> None:
+    imported(project, tmp_path, synthesis_records())
+    records = synthesis_records()
+    for record in records[3:5]:  # both draws of c3
+        record["agent"] = "m-b"
+    records[2]["votes"][0]["answers"] = [{"reasoning": "warmer", "answer": "B"}]
+    report = imported(project, tmp_path, records)
+    assert (report.updated["synthesis_draw"], report.unchanged["synthesis_draw"]) == (3, 2)
+    assert SynthesisCell.objects.get(external_id="c3").agent == "m-b"
+    vote = SynthesisVote.objects.get(draw__cell__external_id="c2", position=0)
+    assert vote.answers == [{"reasoning": "warmer", "answer": "B"}]
