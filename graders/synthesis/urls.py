@@ -2,12 +2,22 @@
 
 from django.urls import URLPattern, path
 
-from graders.synthesis import funnel_views
+from graders.synthesis import export_views, funnel_views
 
 urlpatterns: list[URLPattern] = [
     path(
         "p/<slug:slug>/synthesis/funnel/",
         funnel_views.synthesis_funnel_page,
         name="synthesis-funnel",
+    ),
+    path(
+        "p/<slug:slug>/synthesis/kept-pairs.jsonl",
+        export_views.kept_pairs_download,
+        name="synthesis-kept-pairs",
+    ),
+    path(
+        "p/<slug:slug>/synthesis/release/<str:part>.json",
+        export_views.release_download,
+        name="synthesis-release",
     ),
 ]

@@ -190,3 +190,37 @@ def test_judge_names_are_escaped_in_the_table_and_chart(project: Project, tmp_pa
         member(project, Role.ADMIN).get(reverse("synthesis-funnel", args=["acme"])).content.decode()
     )
     assert "<b>j2</b>" not in html and "&lt;b&gt;j2&lt;/b&gt;" in html
+
+
+@pytest.mark.parametrize(
+    ("role", "pairs", "blind", "answers"),
+    [(Role.ADMIN, 200, 200, 200), (Role.REVIEWER, 200, 200, 403), (Role.EXPERT, 403, 403, 403)],
+)
+def test_kept_pair_downloads_and_the_answers_only_for_admins(
+    imported: Project, role: str, pairs: int, blind: int, answers: int
+) -> None:
+    client = member(imported, role)
+    query = {"synthesis": "s1"}
+    got = client.get(reverse("synthesis-kept-pairs", args=["acme"]), query)
+    assert got.status_code == pairs
+    if pairs == 200:
+        lines = b"".join(got.streaming_content).decode().splitlines()
+        assert [json.loads(line)["cell"] for line in lines] == ["c1", "c2"]
+    for part, status in (("blind", blind), ("answers", answers)):
+        got = client.get(reverse("synthesis-release", args=["acme", part]), query)
+        assert got.status_code == status
+    if role == Role.ADMIN:
+        body = client.get(reverse("synthesis-release", args=["acme", "answers"]), query).json()
+        assert [a["id"] for a in body] == ["c1", "c2"]
+        page = client.get(reverse("synthesis-funnel", args=["acme"])).content.decode()
+        assert "Release: answers" in page
+    elif role == Role.REVIEWER:
+        page = client.get(reverse("synthesis-funnel", args=["acme"])).content.decode()
+        assert "Release: blind dataset" in page and "Release: answers" not in page
+    assert (
+        client.get(reverse("synthesis-release", args=["acme", "steering"]), query).status_code
+        == 404
+    )
+    assert client.get(
+        reverse("synthesis-kept-pairs", args=["acme"]), {"synthesis": "x"}
+    ).status_code in {403, 404}
