@@ -2,9 +2,14 @@
 
 from django.urls import URLPattern, path
 
-from graders.synthesis import export_views, funnel_views
+from graders.synthesis import api, export_views, funnel_views
 
 urlpatterns: list[URLPattern] = [
+    path(
+        "api/projects/<slug:slug>/synthesis/funnel/",
+        api.synthesis_funnel_get,
+        name="api-synthesis-funnel",
+    ),
     path(
         "p/<slug:slug>/synthesis/funnel/",
         funnel_views.synthesis_funnel_page,

@@ -224,3 +224,15 @@ def test_kept_pair_downloads_and_the_answers_only_for_admins(
     assert client.get(
         reverse("synthesis-kept-pairs", args=["acme"]), {"synthesis": "x"}
     ).status_code in {403, 404}
+
+
+def test_the_api_gives_the_command_document_to_reviewers_only(imported: Project) -> None:
+    url = reverse("api-synthesis-funnel", args=["acme"])
+    assert member(imported, Role.EXPERT).get(url).status_code == 403
+    assert Client().get(url).status_code == 403
+    reviewer = member(imported, Role.REVIEWER)
+    assert reviewer.get(url).json() == funnel_json()
+    missing = reviewer.get(url, {"synthesis": "s9"})
+    assert (missing.status_code, missing.json()) == (
+        400, {"detail": "project 'acme' has no synthesis 's9'"},
+    )  # fmt: skip
