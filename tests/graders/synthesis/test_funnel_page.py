@@ -13,7 +13,17 @@ from django.test import Client
 from django.urls import reverse
 
 from labeling.imports import jsonl_import
-from labeling.models import Membership, Project, Role
+from labeling.models import (
+    Dimension,
+    Membership,
+    Project,
+    Role,
+    Synthesis,
+    SynthesisCell,
+    SynthesisDraw,
+    SynthesisVote,
+    Task,
+)
 from tests.labeling.helpers import synthesis_records, write_jsonl
 
 # The imported synthesis (tests/labeling/helpers.py synthesis_records): cascade j1, j2, one
@@ -236,3 +246,37 @@ def test_the_api_gives_the_command_document_to_reviewers_only(imported: Project)
     assert (missing.status_code, missing.json()) == (
         400, {"detail": "project 'acme' has no synthesis 's9'"},
     )  # fmt: skip
+
+
+def test_a_generated_synthesis_shows_its_stages_and_never_its_steering(project: Project) -> None:
+    # Rows as a run made here writes them: steering on the cell, usage and slot orders recorded.
+
+    task = Task.objects.create(project=project, external_id="t1", prompt="p", domain="airline")
+    dimension = Dimension.objects.create(project=project, name="clarity")
+    synthesis = Synthesis.objects.create(
+        project=project, external_id="run-1", judges=["j1"], retries=0
+    )
+    cell = SynthesisCell.objects.create(
+        synthesis=synthesis, external_id="t1.clarity", task=task, dimension=dimension,
+        low_level="ok", high_level="good", agent="m-1",
+        steering={"reasoning": "SECRET-R", "bad": "SECRET-B", "ok": "SECRET-O", "good": "SECRET-G"},
+    )  # fmt: skip
+    draw = SynthesisDraw.objects.create(
+        cell=cell, retry=0, outcome="kept", cost=0.04,
+        usage={"steer": {"calls": 1, "tokens": 300}, "rollout": {"calls": 2, "tokens": 1000},
+               "filter": {"calls": 1, "tokens": 700}},
+    )  # fmt: skip
+    SynthesisVote.objects.create(draw=draw, position=0, judge="j1", agrees=True, slot_order="ba")
+    html = (
+        member(project, Role.ADMIN).get(reverse("synthesis-funnel", args=["acme"])).content.decode()
+    )
+    assert (
+        '<tr><td>rollout</td><td class="num">2</td><td class="num">1000</td><td class="num">2.000</td><td class="num">1000.000</td></tr>'
+        in html
+    )
+    # One vote, better response in slot 1: share 0, p = 2 * (1/2) = 1.
+    assert (
+        '<td>judge: j1</td><td class="num">1</td><td class="num">0</td><td class="num">0.000</td><td class="num">1.000</td>'
+        in html
+    )
+    assert "SECRET" not in html
