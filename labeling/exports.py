@@ -158,12 +158,34 @@ def synthesis_records(*, project: Project) -> Iterator[dict[str, Any]]:
     generated synthesis round-trip. Steering text is not exported: labels files reach people
     who label."""
     for synthesis in Synthesis.objects.filter(project=project).order_by("pk"):
-        yield {
-            "type": "synthesis",
-            "id": synthesis.external_id,
-            "judges": synthesis.judges,
-            "retries": synthesis.retries,
-        }
+        undrawn = (
+            synthesis.cells.filter(draws__isnull=True)
+            .select_related("task", "dimension")
+            .order_by("external_id")
+        )
+        yield _without_defaults(
+            {
+                "type": "synthesis",
+                "id": synthesis.external_id,
+                "judges": synthesis.judges,
+                "retries": synthesis.retries,
+                "undrawn_cells": [
+                    _without_defaults(
+                        {
+                            "id": cell.external_id,
+                            "task": cell.task.external_id,
+                            "dimension": cell.dimension.name,
+                            "levels": [cell.low_level, cell.high_level],
+                            "agent": cell.agent,
+                            "error": cell.error,
+                        },
+                        {"agent": "", "error": ""},
+                    )
+                    for cell in undrawn
+                ],
+            },
+            {"undrawn_cells": []},
+        )
     draws = (
         SynthesisDraw.objects.filter(cell__synthesis__project=project)
         .select_related(

@@ -287,6 +287,8 @@ class _Writer:
         # and the line of every draw written, for the checks across a cell's draws.
         self.cells_seen: dict[tuple[int, str], tuple[int, tuple[Any, ...]]] = {}
         self.draw_lines: dict[tuple[int, str, int], int] = {}
+        # Cells a synthesis record lists as having no draw, with that record's line.
+        self.undrawn_lines: dict[tuple[int, str], int] = {}
 
     def tally(self, kind: str, before: Any, after: Any) -> None:
         """Count one written record: `before` is what the project held (None: nothing)."""
@@ -682,14 +684,44 @@ class _Writer:
         }
 
     def syntheses(self, batch: list[tuple[int, SynthesisRecord]]) -> None:
+        undrawn_held: dict[str, list[tuple[Any, ...]]] = {}
+        for ext, cell, task, dimension, low, high, agent, error in (
+            SynthesisCell.objects.filter(
+                synthesis__project=self.project,
+                synthesis__external_id__in=[r.id for _, r in batch],
+                draws__isnull=True,
+            )
+            .order_by("external_id")
+            .values_list(
+                "synthesis__external_id", "external_id", "task__external_id", "dimension__name",
+                "low_level", "high_level", "agent", "error",
+            )
+        ):  # fmt: skip
+            undrawn_held.setdefault(ext, []).append(
+                (cell, task, dimension, [low, high], agent, error)
+            )
         held = {
-            ext: (judges, retries)
+            ext: (judges, retries, undrawn_held.get(ext, []))
             for ext, judges, retries in Synthesis.objects.filter(
                 project=self.project, external_id__in=[r.id for _, r in batch]
             ).values_list("external_id", "judges", "retries")
         }
         for _, r in batch:
-            self.tally("synthesis", held.get(r.id), (r.judges, r.retries))
+            undrawn = sorted(
+                (c.id, c.task, c.dimension, list(c.levels), c.agent, c.error)
+                for c in r.undrawn_cells
+            )
+            # Held cells the record does not list are left as they are, so they are not
+            # compared: leaving the list out changes nothing.
+            before = held.get(r.id)
+            if before is not None:
+                listed = {cell[0] for cell in undrawn}
+                before = (
+                    before[0],
+                    before[1],
+                    sorted(cell for cell in before[2] if cell[0] in listed),
+                )
+            self.tally("synthesis", before, (r.judges, r.retries, undrawn))
         Synthesis.objects.bulk_create(
             [
                 Synthesis(
@@ -701,6 +733,36 @@ class _Writer:
             unique_fields=["project", "external_id"],
             update_fields=["judges", "retries"],
         )
+        self._undrawn_cells_write(batch)
+
+    def _undrawn_cells_write(self, batch: list[tuple[int, SynthesisRecord]]) -> None:
+        listed = [(line, r, c) for line, r in batch for c in r.undrawn_cells]
+        if not listed:
+            return
+        syntheses = dict(
+            Synthesis.objects.filter(
+                project=self.project, external_id__in=[r.id for _, r in batch]
+            ).values_list("external_id", "pk")
+        )
+        tasks = self.tasks_by_id({c.task for _, _, c in listed})
+        dimensions = self.dimensions_by_name()
+        wanted: dict[tuple[int, str], tuple[Any, ...]] = {}
+        errors: dict[tuple[int, str], str] = {}
+        for line, r, c in listed:
+            task, dimension = tasks.get(c.task), dimensions.get(c.dimension)
+            if task is None:
+                self.missing(line, "undrawn_cells.task", "task", c.task)
+            if dimension is None:
+                self.missing(line, "undrawn_cells.dimension", "dimension", c.dimension)
+            if task is None or dimension is None:
+                continue
+            key = (syntheses[r.id], c.id)
+            wanted[key] = (task, dimension, c.levels[0], c.levels[1], c.agent)
+            errors[key] = c.error
+            self.undrawn_lines[key] = line
+        cells = self._cells_upsert(wanted)
+        for key, error in errors.items():
+            SynthesisCell.objects.filter(pk=cells[key]).exclude(error=error).update(error=error)
 
     def _draw_resolved(
         self,
@@ -777,6 +839,14 @@ class _Writer:
             synthesis, task, dimension, pair, outcome = found
             cell_fields = (task, dimension, r.levels[0], r.levels[1], r.agent)
             key = (synthesis.pk, r.cell)
+            if key in self.undrawn_lines:
+                self.errors.add(
+                    line,
+                    "cell",
+                    f"cell {r.cell!r} has a draw, but synthesis {r.synthesis!r} on line "
+                    f"{self.undrawn_lines[key]} lists it among its undrawn cells",
+                )
+                continue
             earlier = self.cells_seen.setdefault(key, (line, cell_fields))
             if earlier[1] != cell_fields:
                 self.errors.add(

@@ -287,6 +287,33 @@ LEVEL_RANK = {"bad": 0, "ok": 1, "good": 2}
 StageName = Annotated[str, Field(min_length=1, max_length=50)]
 
 
+class UndrawnCellIn(BaseModel):
+    """A cell of the synthesis that has no draw (its steering failed, say): it still counts
+    among the synthesis's cells (an extension, so that a funnel round-trips)."""
+
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+    id: Id
+    task: Id
+    dimension: Annotated[str, Field(min_length=1, max_length=100)]
+    levels: Annotated[list[LevelName], Field(min_length=2, max_length=2)]
+    agent: Annotated[str, Field(max_length=200)] = ""
+    error: Annotated[str, Field(max_length=10_000)] = ""
+
+    @model_validator(mode="after")
+    def levels_ordered(self) -> "UndrawnCellIn":
+        _levels_check(self.levels)
+        return self
+
+
+def _levels_check(levels: list[str]) -> None:
+    low, high = levels
+    if LEVEL_RANK[low] >= LEVEL_RANK[high]:
+        raise ValueError(
+            f"levels: two different levels, lower first (bad < ok < good), not {low!r} then "
+            f"{high!r}"
+        )
+
+
 class SynthesisRecord(Record):
     """A synthesis: its filter cascade (judge names, in order) and retries R."""
 
@@ -294,6 +321,17 @@ class SynthesisRecord(Record):
     id: Id
     judges: Annotated[list[Name], Field(min_length=1, max_length=20)]
     retries: Annotated[int, Field(ge=0, le=100)] = 2
+    undrawn_cells: Annotated[list[UndrawnCellIn], Field(max_length=100_000)] = Field(
+        default_factory=list
+    )
+
+    @field_validator("undrawn_cells")
+    @classmethod
+    def cells_unique(cls, value: list[UndrawnCellIn]) -> list[UndrawnCellIn]:
+        ids = [cell.id for cell in value]
+        if len(ids) != len(set(ids)):
+            raise ValueError("a cell may be listed only once")
+        return value
 
     @field_validator("judges")
     @classmethod
@@ -351,12 +389,7 @@ class SynthesisDrawRecord(Record):
 
     @model_validator(mode="after")
     def draw_consistent(self) -> "SynthesisDrawRecord":
-        low, high = self.levels
-        if LEVEL_RANK[low] >= LEVEL_RANK[high]:
-            raise ValueError(
-                "levels: two different levels, lower first (bad < ok < good), "
-                f"not {low!r} then {high!r}"
-            )
+        _levels_check(self.levels)
         if self.responses is not None and self.responses[0] == self.responses[1]:
             raise ValueError("responses: the two responses must differ")
         for position, vote in enumerate(self.votes[:-1]):

@@ -192,3 +192,47 @@ def test_a_changed_cell_field_counts_its_draws_as_updated(project: Project, tmp_
     assert SynthesisCell.objects.get(external_id="c3").agent == "m-b"
     vote = SynthesisVote.objects.get(draw__cell__external_id="c2", position=0)
     assert vote.answers == [{"reasoning": "warmer", "answer": "B"}]
+
+
+def with_undrawn_cell(records: list[Any]) -> list[Any]:
+    for record in records:
+        if record["type"] == "synthesis":
+            record["undrawn_cells"] = [{"id": "c4", "task": "a2", "dimension": "friendliness",
+                                        "levels": ["bad", "ok"], "error": "steering failed"}]  # fmt: skip
+    return records
+
+
+def test_a_cell_without_draws_is_kept_and_round_trips(project: Project, tmp_path: Path) -> None:
+    imported(project, tmp_path, with_undrawn_cell(synthesis_records()))
+    cell = SynthesisCell.objects.get(external_id="c4")
+    assert (cell.contrast, cell.error, cell.draws.count()) == ("bad-ok", "steering failed", 0)
+    before = db_state(project)
+    assert not imported(project, tmp_path, with_undrawn_cell(synthesis_records())).changed
+    exported = list(labels_records(project=project))
+    assert db_state(project) == before
+    other = Project.objects.create(slug="other", name="Other")
+    jsonl_import(project=other, path=write_jsonl(tmp_path / "e.jsonl", exported))
+    assert list(labels_records(project=other)) == exported
+    # A file that leaves the list out changes nothing: the cell stays as it was.
+    assert not imported(project, tmp_path, synthesis_records()).changed
+    assert SynthesisCell.objects.filter(external_id="c4").exists()
+    changed = with_undrawn_cell(synthesis_records())
+    changed[5]["undrawn_cells"][0]["error"] = "writer timed out"
+    assert imported(project, tmp_path, changed).updated["synthesis"] == 1
+    assert (
+        SynthesisCell.objects.get(synthesis__project=project, external_id="c4").error
+        == "writer timed out"
+    )
+
+
+def test_an_undrawn_cell_with_a_draw_is_an_error(project: Project, tmp_path: Path) -> None:
+    records = with_undrawn_cell(synthesis_records())
+    records.append({**records[2], "cell": "c4", "task": "a2", "levels": ["bad", "ok"],
+                    "responses": None})  # fmt: skip
+    del records[-1]["responses"]
+    found = problems(project, tmp_path, records)
+    assert (
+        16,
+        "cell",
+        "cell 'c4' has a draw, but synthesis 's1' on line 6 lists it among its undrawn cells",
+    ) in found
