@@ -112,26 +112,30 @@ def release_pairs(*, synthesis: Synthesis) -> list[ReleasePair]:
     return pairs
 
 
-def release_documents(*, synthesis: Synthesis, seed: int = 0) -> dict[str, str]:
-    """The release's two files as JSON text, by file name. The answers hold steering text:
-    they are for admins, never for labelers."""
-    blind, answers = release_files(release_pairs(synthesis=synthesis), seed=seed)
+def _release_texts(pairs: list[ReleasePair], seed: int) -> dict[str, str]:
+    blind, answers = release_files(pairs, seed=seed)
     return {
         name: json.dumps(data, ensure_ascii=False, indent=1)
         for name, data in ((BLIND_FILE, blind), (ANSWERS_FILE, answers))
     }
 
 
+def release_documents(*, synthesis: Synthesis, seed: int = 0) -> dict[str, str]:
+    """The release's two files as JSON text, by file name. The answers hold steering text:
+    they are for admins, never for labelers."""
+    return _release_texts(release_pairs(synthesis=synthesis), seed)
+
+
 def release_export(*, synthesis: Synthesis, directory: Path, seed: int = 0) -> int:
     """Write the blind dataset and the answers of the kept pairs into `directory`; the number
     of pairs."""
-    documents = release_documents(synthesis=synthesis, seed=seed)
+    pairs = release_pairs(synthesis=synthesis)
     directory.mkdir(parents=True, exist_ok=True)
-    for name, text in documents.items():
+    for name, text in _release_texts(pairs, seed).items():
         partial = directory / f"{name}.partial"
         partial.write_text(text, encoding="utf-8")
         partial.replace(directory / name)  # never a truncated file under the real name
-    return len(json.loads(documents[BLIND_FILE]))
+    return len(pairs)
 
 
 def _release_read(directory: Path) -> tuple[object, object]:
