@@ -337,3 +337,92 @@ def scatter_svg(
         WIDTH, HEIGHT, title, y_label, x_label,
     )  # fmt: skip
     return mark_safe(head + grid + axes + dots + "</svg>")
+
+
+BAR_HEIGHT, BAR_GAP = 22, 10
+BAR_LEFT, BAR_RIGHT, BAR_TOP = 96, 24, 12
+# Segment fills by position (app.css .chart .bar.s0 ... s5); later series reuse the last.
+BAR_FILLS = 6
+
+
+def stacked_bars_svg(
+    *,
+    title: str,
+    description: str,
+    series: Sequence[str],
+    bars: Sequence[tuple[str, Sequence[int]]],
+) -> SafeString:
+    """Horizontal stacked bars drawn on the server: one bar per (label, counts), one segment
+    per series, all scaled to the longest bar so lengths compare across bars; each segment
+    carries its count as a tooltip and a legend names the series. The page shows the same
+    numbers in a table beside it."""
+    longest = max([sum(counts) for _, counts in bars] + [1])
+    plot_w = WIDTH - BAR_LEFT - BAR_RIGHT
+    legend_y = BAR_TOP + len(bars) * (BAR_HEIGHT + BAR_GAP) + 12
+    height = legend_y + 24
+    parts = [
+        format_html(
+            '<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {} {}" '
+            'role="img" aria-label="{}"><title>{}</title><desc>{}</desc>',
+            WIDTH,
+            height,
+            title,
+            title,
+            description,
+        )
+    ]
+    for row, (label, counts) in enumerate(bars):
+        y = BAR_TOP + row * (BAR_HEIGHT + BAR_GAP)
+        parts.append(
+            format_html(
+                '<text class="tick" x="{}" y="{}" text-anchor="end">{}</text>',
+                BAR_LEFT - 6,
+                _n(y + BAR_HEIGHT / 2 + 4),
+                label,
+            )
+        )
+        x = float(BAR_LEFT)
+        for index, (name, count) in enumerate(zip(series, counts, strict=True)):
+            if count <= 0:
+                continue
+            width = plot_w * count / longest
+            parts.append(
+                format_html(
+                    '<rect class="bar s{}" x="{}" y="{}" width="{}" height="{}">'
+                    "<title>{}: {} {}</title></rect>",
+                    min(index, BAR_FILLS - 1),
+                    _n(x),
+                    y,
+                    _n(width),
+                    BAR_HEIGHT,
+                    label,
+                    count,
+                    name,
+                )
+            )
+            x += width
+        parts.append(
+            format_html(
+                '<text class="tick" x="{}" y="{}">{}</text>',
+                _n(x + 4),
+                _n(y + BAR_HEIGHT / 2 + 4),
+                sum(counts),
+            )
+        )
+    x = BAR_LEFT
+    for index, name in enumerate(series):
+        parts.append(
+            format_html(
+                '<rect class="bar s{}" x="{}" y="{}" width="12" height="12"/>'
+                '<text class="legend" x="{}" y="{}">{}</text>',
+                min(index, BAR_FILLS - 1),
+                x,
+                legend_y,
+                x + 16,
+                legend_y + 10,
+                name,
+            )
+        )
+        x += 24 + 7 * len(name)
+    parts.append(mark_safe("</svg>"))
+    return mark_safe("".join(parts))

@@ -19,6 +19,8 @@ from labeling.models import (
     Response,
     Rubric,
     Score,
+    Synthesis,
+    SynthesisDraw,
     Task,
 )
 
@@ -147,6 +149,84 @@ def labels_records(*, project: Project) -> Iterator[dict[str, Any]]:
             },
             {"confidence": None, "dimension": None, "slot_order": "", "seconds_spent": None},
         )
+    yield from synthesis_records(project=project)
+
+
+def synthesis_records(*, project: Project) -> Iterator[dict[str, Any]]:
+    """Each synthesis and each of its draws as FORMATS.md "Synthesis records", with the
+    optional extensions (votes' slot order and answers, outcome, error, usage) that make a
+    generated synthesis round-trip. Steering text is not exported: labels files reach people
+    who label."""
+    for synthesis in Synthesis.objects.filter(project=project).order_by("pk"):
+        undrawn = (
+            synthesis.cells.filter(draws__isnull=True)
+            .select_related("task", "dimension")
+            .order_by("external_id")
+        )
+        yield _without_defaults(
+            {
+                "type": "synthesis",
+                "id": synthesis.external_id,
+                "judges": synthesis.judges,
+                "retries": synthesis.retries,
+                "undrawn_cells": [
+                    _without_defaults(
+                        {
+                            "id": cell.external_id,
+                            "task": cell.task.external_id,
+                            "dimension": cell.dimension.name,
+                            "levels": [cell.low_level, cell.high_level],
+                            "agent": cell.agent,
+                            "error": cell.error,
+                        },
+                        {"agent": "", "error": ""},
+                    )
+                    for cell in undrawn
+                ],
+            },
+            {"undrawn_cells": []},
+        )
+    draws = (
+        SynthesisDraw.objects.filter(cell__synthesis__project=project)
+        .select_related(
+            "cell__synthesis", "cell__task", "cell__dimension", "low_response", "high_response"
+        )
+        .prefetch_related("votes")
+        .order_by("cell__synthesis_id", "cell__external_id", "retry")
+    )
+    for draw in draws.iterator(chunk_size=CHUNK):
+        cell = draw.cell
+        record: dict[str, Any] = {
+            "type": "synthesis_draw",
+            "synthesis": cell.synthesis.external_id,
+            "cell": cell.external_id,
+            "task": cell.task.external_id,
+            "dimension": cell.dimension.name,
+            "levels": [cell.low_level, cell.high_level],
+            "retry": draw.retry,
+            "agent": cell.agent,
+        }
+        if draw.low_response is not None and draw.high_response is not None:
+            record["responses"] = [draw.low_response.external_id, draw.high_response.external_id]
+        record["votes"] = [
+            _without_defaults(
+                {
+                    "judge": v.judge,
+                    "agrees": v.agrees,
+                    "slot_order": v.slot_order,
+                    "answers": v.answers,
+                },
+                {"slot_order": "", "answers": []},
+            )
+            for v in draw.votes.all()
+        ]
+        record |= {
+            "cost": draw.cost,
+            "outcome": draw.outcome,
+            "error": draw.error,
+            "usage": draw.usage,
+        }
+        yield _without_defaults(record, {"agent": "", "error": "", "usage": {}})
 
 
 def response_text(response: Response) -> str | list[dict[str, Any]]:

@@ -35,6 +35,10 @@ from labeling.models import (
     Rubric,
     RubricItem,
     Score,
+    Synthesis,
+    SynthesisCell,
+    SynthesisDraw,
+    SynthesisVote,
     Task,
 )
 from labeling.records import (
@@ -47,6 +51,8 @@ from labeling.records import (
     ResponseRecord,
     RubricRecord,
     ScoreRecord,
+    SynthesisDrawRecord,
+    SynthesisRecord,
     TaskRecord,
     record_parse,
 )
@@ -277,6 +283,12 @@ class _Writer:
         self.project = project
         self.errors = errors
         self.report = report
+        # Draws may be split over batches: each cell's fields as first written (with its line)
+        # and the line of every draw written, for the checks across a cell's draws.
+        self.cells_seen: dict[tuple[int, str], tuple[int, tuple[Any, ...]]] = {}
+        self.draw_lines: dict[tuple[int, str, int], int] = {}
+        # Cells a synthesis record lists as having no draw, with that record's line.
+        self.undrawn_lines: dict[tuple[int, str], int] = {}
 
     def tally(self, kind: str, before: Any, after: Any) -> None:
         """Count one written record: `before` is what the project held (None: nothing)."""
@@ -603,6 +615,7 @@ class _Writer:
                 Q(response_a_id__in=pks) | Q(response_b_id__in=pks), is_current=True
             )
         }
+        implying = self.draws_implying(pks)
         retired, created = [], []
         for line, r in batch:
             dimension = self.dimension_pk(dimensions, line, r.dimension)
@@ -628,6 +641,16 @@ class _Writer:
                 slot_order=r.slot_order,
                 seconds_spent=r.seconds_spent,
             )
+            low, high = sorted((a_pk, b_pk))
+            implied = implying.get((low, high, new.dimension_id, r.annotator_name))
+            if r.provider == "synthetic" and implied not in {None, preference_winner(new)}:
+                self.errors.add(
+                    line,
+                    "choice",
+                    f"contradicts synthesis {r.annotator_name!r}, whose draw of this pair "
+                    "implies a preference for its higher-level response",
+                )
+                continue
             old = current.get(preference_key(new))
             if old is None:
                 self.report.created["preference"] += 1
@@ -641,6 +664,374 @@ class _Writer:
         # Retire before inserting: the one-current constraint would refuse the new rows.
         Preference.objects.filter(pk__in=retired).update(is_current=False)
         Preference.objects.bulk_create(created)
+
+    def draws_implying(self, pks: list[int]) -> dict[tuple[int, int, int | None, str], int]:
+        """The higher-level response of each held draw among `pks`, by (lower pk, higher pk,
+        dimension, synthesis id): FORMATS.md says a draw implies a synthetic preference for
+        it, annotated by the synthesis."""
+        rows = SynthesisDraw.objects.filter(
+            cell__synthesis__project=self.project, low_response_id__in=pks
+        ).values_list(
+            "low_response_id",
+            "high_response_id",
+            "cell__dimension_id",
+            "cell__synthesis__external_id",
+        )
+        return {
+            (min(low, high), max(low, high), dimension, synthesis): high
+            for low, high, dimension, synthesis in rows
+            if high is not None
+        }
+
+    def syntheses(self, batch: list[tuple[int, SynthesisRecord]]) -> None:
+        undrawn_held: dict[str, list[tuple[Any, ...]]] = {}
+        for ext, cell, task, dimension, low, high, agent, error in (
+            SynthesisCell.objects.filter(
+                synthesis__project=self.project,
+                synthesis__external_id__in=[r.id for _, r in batch],
+                draws__isnull=True,
+            )
+            .order_by("external_id")
+            .values_list(
+                "synthesis__external_id", "external_id", "task__external_id", "dimension__name",
+                "low_level", "high_level", "agent", "error",
+            )
+        ):  # fmt: skip
+            undrawn_held.setdefault(ext, []).append(
+                (cell, task, dimension, [low, high], agent, error)
+            )
+        held = {
+            ext: (judges, retries, undrawn_held.get(ext, []))
+            for ext, judges, retries in Synthesis.objects.filter(
+                project=self.project, external_id__in=[r.id for _, r in batch]
+            ).values_list("external_id", "judges", "retries")
+        }
+        for _, r in batch:
+            undrawn = sorted(
+                (c.id, c.task, c.dimension, list(c.levels), c.agent, c.error)
+                for c in r.undrawn_cells
+            )
+            # Held cells the record does not list are left as they are, so they are not
+            # compared: leaving the list out changes nothing.
+            before = held.get(r.id)
+            if before is not None:
+                listed = {cell[0] for cell in undrawn}
+                before = (
+                    before[0],
+                    before[1],
+                    sorted(cell for cell in before[2] if cell[0] in listed),
+                )
+            self.tally("synthesis", before, (r.judges, r.retries, undrawn))
+        Synthesis.objects.bulk_create(
+            [
+                Synthesis(
+                    project=self.project, external_id=r.id, judges=r.judges, retries=r.retries
+                )
+                for _, r in batch
+            ],
+            update_conflicts=True,
+            unique_fields=["project", "external_id"],
+            update_fields=["judges", "retries"],
+        )
+        self._undrawn_cells_write(batch)
+
+    def _undrawn_cells_write(self, batch: list[tuple[int, SynthesisRecord]]) -> None:
+        listed = [(line, r, c) for line, r in batch for c in r.undrawn_cells]
+        if not listed:
+            return
+        syntheses = dict(
+            Synthesis.objects.filter(
+                project=self.project, external_id__in=[r.id for _, r in batch]
+            ).values_list("external_id", "pk")
+        )
+        tasks = self.tasks_by_id({c.task for _, _, c in listed})
+        dimensions = self.dimensions_by_name()
+        wanted: dict[tuple[int, str], tuple[Any, ...]] = {}
+        errors: dict[tuple[int, str], str] = {}
+        for line, r, c in listed:
+            task, dimension = tasks.get(c.task), dimensions.get(c.dimension)
+            if task is None:
+                self.missing(line, "undrawn_cells.task", "task", c.task)
+            if dimension is None:
+                self.missing(line, "undrawn_cells.dimension", "dimension", c.dimension)
+            if task is None or dimension is None:
+                continue
+            key = (syntheses[r.id], c.id)
+            wanted[key] = (task, dimension, c.levels[0], c.levels[1], c.agent)
+            errors[key] = c.error
+            self.undrawn_lines[key] = line
+        cells = self._cells_upsert(wanted)
+        for key, error in errors.items():
+            SynthesisCell.objects.filter(pk=cells[key]).exclude(error=error).update(error=error)
+
+    def _draw_resolved(
+        self,
+        line: int,
+        r: SynthesisDrawRecord,
+        syntheses: dict[str, Synthesis],
+        tasks: dict[str, int],
+        dimensions: dict[str, int],
+        responses: dict[str, tuple[int, int]],
+    ) -> tuple[Synthesis, int, int, tuple[int | None, int | None], str] | None:
+        """The draw's synthesis, task, dimension, (low, high) responses and outcome, or None
+        after recording every problem."""
+        synthesis = syntheses.get(r.synthesis)
+        task = tasks.get(r.task)
+        dimension = dimensions.get(r.dimension)
+        ok = True
+        for value, field_name, kind, name in (
+            (synthesis, "synthesis", "synthesis", r.synthesis),
+            (task, "task", "task", r.task),
+            (dimension, "dimension", "dimension", r.dimension),
+        ):
+            if value is None:
+                self.missing(line, field_name, kind, name)
+                ok = False
+        pair: tuple[int | None, int | None] = (None, None)
+        if r.responses is not None:
+            found = [responses.get(name) for name in r.responses]
+            for name, hit in zip(r.responses, found, strict=True):
+                if hit is None:
+                    self.missing(line, "responses", "response", name)
+                    ok = False
+                elif task is not None and hit[1] != task:
+                    self.errors.add(
+                        line, "responses", f"response {name!r} does not belong to task {r.task!r}"
+                    )
+                    ok = False
+            if ok:
+                pair = (found[0][0], found[1][0])  # type: ignore[index]
+        outcome = ""
+        if synthesis is not None:
+            if r.retry > synthesis.retries:
+                self.errors.add(
+                    line,
+                    "retry",
+                    f"retry {r.retry} is above synthesis {r.synthesis!r}'s retries "
+                    f"({synthesis.retries})",
+                )
+                ok = False
+            try:
+                outcome = r.outcome_for(list(synthesis.judges))
+            except ValueError as exc:
+                field_name, _, message = str(exc).partition(": ")
+                self.errors.add(line, field_name, message)
+                ok = False
+        if not ok or synthesis is None or task is None or dimension is None:
+            return None
+        return synthesis, task, dimension, pair, outcome
+
+    def synthesis_draws(self, batch: list[tuple[int, SynthesisDrawRecord]]) -> None:
+        syntheses = {
+            s.external_id: s
+            for s in Synthesis.objects.filter(
+                project=self.project, external_id__in={r.synthesis for _, r in batch}
+            )
+        }
+        tasks = self.tasks_by_id({r.task for _, r in batch})
+        dimensions = self.dimensions_by_name()
+        responses = self.responses_by_id({x for _, r in batch for x in r.responses or ()})
+        resolved = []
+        for line, r in batch:
+            found = self._draw_resolved(line, r, syntheses, tasks, dimensions, responses)
+            if found is None:
+                continue
+            synthesis, task, dimension, pair, outcome = found
+            cell_fields = (task, dimension, r.levels[0], r.levels[1], r.agent)
+            key = (synthesis.pk, r.cell)
+            if key in self.undrawn_lines:
+                self.errors.add(
+                    line,
+                    "cell",
+                    f"cell {r.cell!r} has a draw, but synthesis {r.synthesis!r} on line "
+                    f"{self.undrawn_lines[key]} lists it among its undrawn cells",
+                )
+                continue
+            earlier = self.cells_seen.setdefault(key, (line, cell_fields))
+            if earlier[1] != cell_fields:
+                self.errors.add(
+                    line,
+                    "cell",
+                    f"cell {r.cell!r} has another task, dimension, levels or agent on line "
+                    f"{earlier[0]}; a cell's draws share them",
+                )
+                continue
+            self.draw_lines[(synthesis.pk, r.cell, r.retry)] = line
+            resolved.append((line, r, synthesis, cell_fields, pair, outcome))
+        if not resolved:
+            return
+        # What the project held, read before the cells are rewritten: a draw whose cell
+        # changed (its agent, say) counts as updated.
+        held = {
+            (d.cell.synthesis_id, d.cell.external_id, d.retry): draw_state(d)
+            for d in SynthesisDraw.objects.filter(
+                cell__synthesis_id__in={s.pk for _, _, s, *_ in resolved},
+                cell__external_id__in={r.cell for _, r, *_ in resolved},
+            )
+            .select_related("cell")
+            .prefetch_related("votes")
+        }
+        cells = self._cells_upsert({(s.pk, r.cell): f for _, r, s, f, _, _ in resolved})
+        draws = []
+        for _line, r, synthesis, fields, (low, high), outcome in resolved:
+            cell = cells[(synthesis.pk, r.cell)]
+            votes = [(v.judge, v.agrees, v.slot_order, list(v.answers)) for v in r.votes]
+            after = (fields, low, high, outcome, r.cost, r.error, r.usage_json, votes)
+            self.tally("synthesis_draw", held.get((synthesis.pk, r.cell, r.retry)), after)
+            draws.append(
+                SynthesisDraw(
+                    cell_id=cell,
+                    retry=r.retry,
+                    low_response_id=low,
+                    high_response_id=high,
+                    outcome=outcome,
+                    cost=r.cost,
+                    error=r.error,
+                    usage=r.usage_json,
+                )
+            )
+        SynthesisDraw.objects.bulk_create(
+            draws,
+            update_conflicts=True,
+            unique_fields=["cell", "retry"],
+            update_fields=["low_response", "high_response", "outcome", "cost", "error", "usage"],
+        )
+        draw_pks = {
+            (cell, retry): pk
+            for pk, cell, retry in SynthesisDraw.objects.filter(
+                cell_id__in=cells.values()
+            ).values_list("pk", "cell_id", "retry")
+        }
+        votes_new: dict[int, list[SynthesisVote]] = {}
+        for _line, r, synthesis, *_ in resolved:
+            draw = draw_pks[(cells[(synthesis.pk, r.cell)], r.retry)]
+            votes_new[draw] = [
+                SynthesisVote(
+                    draw_id=draw,
+                    position=position,
+                    judge=v.judge,
+                    agrees=v.agrees,
+                    slot_order=v.slot_order,
+                    answers=list(v.answers),
+                )
+                for position, v in enumerate(r.votes)
+            ]
+        # Votes are replaced whole per draw, so a shorter cascade leaves no stale vote behind.
+        SynthesisVote.objects.filter(draw_id__in=votes_new).delete()
+        SynthesisVote.objects.bulk_create([v for group in votes_new.values() for v in group])
+        for line, _r, synthesis, fields, (low, high), _ in resolved:
+            if low is not None and high is not None:
+                self._implied_preference(line, synthesis, fields[0], fields[1], low, high)
+
+    def _implied_preference(
+        self, line: int, synthesis: Synthesis, task: int, dimension: int, low: int, high: int
+    ) -> None:
+        """The synthetic preference a draw implies (its higher-level response wins), written
+        unless it is already held; one that says otherwise is an error, wherever it came from."""
+        annotator = self.annotators_by_name({synthesis.external_id})[synthesis.external_id]
+        new = Preference(
+            task_id=task,
+            response_a_id=low,
+            response_b_id=high,
+            choice="b",
+            dimension_id=dimension,
+            provider="synthetic",
+            annotator_id=annotator,
+        )
+        old = Preference.objects.filter(
+            Q(response_a_id=low, response_b_id=high) | Q(response_a_id=high, response_b_id=low),
+            dimension_id=dimension,
+            annotator_id=annotator,
+            is_current=True,
+        ).first()
+        if old is None:
+            new.save()
+        elif preference_winner(old) != high or old.provider != "synthetic":
+            self.errors.add(
+                line,
+                "responses",
+                f"the draw implies a synthetic preference for the second response on its "
+                f"dimension, but a {old.provider} preference by {synthesis.external_id!r} on "
+                "the same pair says otherwise",
+            )
+
+    def synthesis_cells_check(self) -> None:
+        """Across each written cell's draws, held ones included: retries run 0, 1, ... with no
+        gap, and only a vetoed draw (or a failed one) is followed by another."""
+        if not self.cells_seen:
+            return
+        cells = SynthesisCell.objects.filter(
+            synthesis__project=self.project,
+            synthesis_id__in={synthesis for synthesis, _ in self.cells_seen},
+            external_id__in={cell for _, cell in self.cells_seen},
+        ).prefetch_related("draws")
+        for cell in cells:
+            key = (cell.synthesis_id, cell.external_id)
+            if key not in self.cells_seen:
+                continue
+            draws = sorted(cell.draws.all(), key=lambda d: d.retry)
+            for index, draw in enumerate(draws):
+                line = self.draw_lines.get((*key, draw.retry), self.cells_seen[key][0])
+                if draw.retry != index:
+                    self.errors.add(
+                        line,
+                        "retry",
+                        f"cell {cell.external_id!r} has retry {draw.retry} but no retry "
+                        f"{index}: retries count up from 0",
+                    )
+                    break
+                if index and draws[index - 1].outcome in {"kept", "pending"}:
+                    self.errors.add(
+                        line,
+                        "retry",
+                        f"cell {cell.external_id!r} is redrawn after a {draws[index - 1].outcome} "
+                        f"draw (retry {index - 1}); only a rejected cell is redrawn",
+                    )
+                    break
+
+    def _cells_upsert(
+        self, wanted: dict[tuple[int, str], tuple[Any, ...]]
+    ) -> dict[tuple[int, str], int]:
+        """Create or update the cells (task, dimension, levels, agent; steering and error made
+        by a generated run stay as they are) and return their pks by (synthesis, id)."""
+        SynthesisCell.objects.bulk_create(
+            [
+                SynthesisCell(
+                    synthesis_id=synthesis,
+                    external_id=cell,
+                    task_id=task,
+                    dimension_id=dimension,
+                    low_level=low,
+                    high_level=high,
+                    agent=agent,
+                )
+                for (synthesis, cell), (task, dimension, low, high, agent) in wanted.items()
+            ],
+            update_conflicts=True,
+            unique_fields=["synthesis", "external_id"],
+            update_fields=["task", "dimension", "low_level", "high_level", "agent"],
+        )
+        rows = SynthesisCell.objects.filter(
+            synthesis_id__in={synthesis for synthesis, _ in wanted},
+            external_id__in={cell for _, cell in wanted},
+        ).values_list("pk", "synthesis_id", "external_id")
+        return {(synthesis, cell): pk for pk, synthesis, cell in rows}
+
+
+def draw_state(draw: SynthesisDraw) -> tuple[Any, ...]:
+    """A held draw in the shape `_Writer.synthesis_draws` compares a record with."""
+    votes = [(v.judge, v.agrees, v.slot_order, v.answers) for v in draw.votes.all()]
+    cell = draw.cell
+    return (
+        (cell.task_id, cell.dimension_id, cell.low_level, cell.high_level, cell.agent),
+        draw.low_response_id,
+        draw.high_response_id,
+        draw.outcome,
+        draw.cost,
+        draw.error,
+        draw.usage,
+        votes,
+    )
 
 
 def preference_key(p: Preference) -> tuple[int, int, int, int]:
@@ -678,6 +1069,8 @@ WRITE_ORDER = (
     ("score", "scores"),
     ("judge_score", "judge_scores"),
     ("preference", "preferences"),
+    ("synthesis", "syntheses"),
+    ("synthesis_draw", "synthesis_draws"),
 )
 
 
@@ -722,6 +1115,7 @@ def jsonl_import(
                             getattr(writer, method)(list(batch))
                             if should_stop is not None and should_stop():
                                 raise ImportStopped
+                    writer.synthesis_cells_check()
                     if errors.total:
                         raise _Rollback
             except _Rollback:

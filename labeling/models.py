@@ -671,6 +671,9 @@ class SynthesisDraw(models.Model):
     cost = models.FloatField(default=0.0)
     error = models.TextField(blank=True, default="")
     validation_sampled = models.BooleanField(default=False)
+    # Calls and tokens per stage, when known: {"steer"|"rollout"|"filter": {"calls": n,
+    # "tokens": n}}. The cell's one steering call is counted on its retry-0 draw.
+    usage = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["cell", "retry"]

@@ -282,6 +282,163 @@ class JudgeScoreRecord(Record):
         return ("judge_score", self.judge, self.response, self.dimension, self.run)
 
 
+LevelName = Literal["bad", "ok", "good"]
+LEVEL_RANK = {"bad": 0, "ok": 1, "good": 2}
+StageName = Annotated[str, Field(min_length=1, max_length=50)]
+
+
+class UndrawnCellIn(BaseModel):
+    """A cell of the synthesis that has no draw (its steering failed, say): it still counts
+    among the synthesis's cells (an extension, so that a funnel round-trips)."""
+
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+    id: Id
+    task: Id
+    dimension: Annotated[str, Field(min_length=1, max_length=100)]
+    levels: Annotated[list[LevelName], Field(min_length=2, max_length=2)]
+    agent: Annotated[str, Field(max_length=200)] = ""
+    error: Annotated[str, Field(max_length=10_000)] = ""
+
+    @model_validator(mode="after")
+    def levels_ordered(self) -> "UndrawnCellIn":
+        _levels_check(self.levels)
+        return self
+
+
+def _levels_check(levels: list[str]) -> None:
+    low, high = levels
+    if LEVEL_RANK[low] >= LEVEL_RANK[high]:
+        raise ValueError(
+            f"levels: two different levels, lower first (bad < ok < good), not {low!r} then "
+            f"{high!r}"
+        )
+
+
+class SynthesisRecord(Record):
+    """A synthesis: its filter cascade (judge names, in order) and retries R."""
+
+    type: Literal["synthesis"]
+    id: Id
+    judges: Annotated[list[Name], Field(min_length=1, max_length=20)]
+    retries: Annotated[int, Field(ge=0, le=100)] = 2
+    undrawn_cells: Annotated[list[UndrawnCellIn], Field(max_length=100_000)] = Field(
+        default_factory=list
+    )
+
+    @field_validator("undrawn_cells")
+    @classmethod
+    def cells_unique(cls, value: list[UndrawnCellIn]) -> list[UndrawnCellIn]:
+        ids = [cell.id for cell in value]
+        if len(ids) != len(set(ids)):
+            raise ValueError("a cell may be listed only once")
+        return value
+
+    @field_validator("judges")
+    @classmethod
+    def judges_distinct(cls, value: list[str]) -> list[str]:
+        if len(value) != len(set(value)):
+            raise ValueError("a judge may appear only once in the cascade")
+        return value
+
+    def key(self) -> tuple[Any, ...]:
+        return ("synthesis", self.id)
+
+
+class VoteIn(BaseModel):
+    """One filter judge's verdict on a draw. `agrees` null: no verdict after its re-asks, which
+    vetoes like false; `slot_order` 'ab' showed the lower level first (extensions, optional)."""
+
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+    judge: Name
+    agrees: StrictBool | None
+    slot_order: Literal["ab", "ba", ""] = ""
+    answers: Annotated[list[Any], Field(max_length=10), AfterValidator(_json_plain)] = Field(
+        default_factory=list
+    )
+
+
+class StageUsage(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+    calls: Annotated[int, Field(ge=0)] = 0
+    tokens: Annotated[int, Field(ge=0)] | None = None
+
+
+DrawOutcomeName = Literal["kept", "vetoed", "failed", "pending"]
+
+
+class SynthesisDrawRecord(Record):
+    """One draw of a cell (FORMATS.md "Synthesis records"). The cell's fields (task,
+    dimension, levels, agent) repeat on each of its draws and must agree. `outcome` is
+    optional: derived from the votes, it is needed only for a draw that neither went through
+    every judge nor was vetoed (failed or pending)."""
+
+    type: Literal["synthesis_draw"]
+    synthesis: Id
+    cell: Id
+    task: Id
+    dimension: Annotated[str, Field(min_length=1, max_length=100)]
+    levels: Annotated[list[LevelName], Field(min_length=2, max_length=2)]
+    retry: Annotated[int, Field(ge=0, le=100)]
+    agent: Annotated[str, Field(max_length=200)] = ""
+    responses: Annotated[list[Id], Field(min_length=2, max_length=2)] | None = None
+    votes: Annotated[list[VoteIn], Field(max_length=20)] = Field(default_factory=list)
+    cost: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    outcome: DrawOutcomeName | None = None
+    error: Annotated[str, Field(max_length=10_000)] = ""
+    usage: dict[StageName, StageUsage] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def draw_consistent(self) -> "SynthesisDrawRecord":
+        _levels_check(self.levels)
+        if self.responses is not None and self.responses[0] == self.responses[1]:
+            raise ValueError("responses: the two responses must differ")
+        for position, vote in enumerate(self.votes[:-1]):
+            if vote.agrees is not True:
+                raise ValueError(
+                    f"votes: vote {position + 1} is a veto, so the cascade stops there and no "
+                    "later judge votes"
+                )
+        vetoed = bool(self.votes) and self.votes[-1].agrees is not True
+        if vetoed and self.outcome not in {None, "vetoed"}:
+            raise ValueError(f"outcome: {self.outcome!r} disagrees with the votes, which veto")
+        if not vetoed and self.outcome == "vetoed":
+            raise ValueError("outcome: 'vetoed' but no vote vetoes")
+        return self
+
+    def outcome_for(self, judges: list[str]) -> str:
+        """The draw's outcome under its synthesis's cascade; ValueError naming the field when
+        the votes do not follow the cascade or an unfinished draw does not say so."""
+        for position, vote in enumerate(self.votes):
+            if position >= len(judges) or vote.judge != judges[position]:
+                expected = judges[position] if position < len(judges) else "no judge"
+                raise ValueError(
+                    f"votes: vote {position + 1} is by {vote.judge!r}; the cascade "
+                    f"{judges} has {expected!r} there"
+                )
+        if self.votes and self.votes[-1].agrees is not True:
+            return "vetoed"
+        complete = len(self.votes) == len(judges)
+        if self.outcome is None:
+            if not complete:
+                raise ValueError(
+                    f"outcome: votes from {len(self.votes)} of {len(judges)} judges and no "
+                    "veto; give 'outcome' ('failed' or 'pending') for an unfinished draw"
+                )
+            return "kept"
+        if (self.outcome == "kept") != complete:
+            raise ValueError(
+                f"outcome: {self.outcome!r} but {len(self.votes)} of {len(judges)} judges agreed"
+            )
+        return self.outcome
+
+    @property
+    def usage_json(self) -> dict[str, dict[str, int]]:
+        return {stage: u.model_dump(exclude_none=True) for stage, u in sorted(self.usage.items())}
+
+    def key(self) -> tuple[Any, ...]:
+        return ("synthesis_draw", self.synthesis, self.cell, self.retry)
+
+
 AnyRecord = Annotated[
     DimensionRecord
     | TaskRecord
@@ -290,7 +447,9 @@ AnyRecord = Annotated[
     | CriterionGradeRecord
     | ScoreRecord
     | PreferenceRecord
-    | JudgeScoreRecord,
+    | JudgeScoreRecord
+    | SynthesisRecord
+    | SynthesisDrawRecord,
     Field(discriminator="type"),
 ]
 RECORD_TYPES = (
@@ -302,6 +461,8 @@ RECORD_TYPES = (
     "score",
     "preference",
     "judge_score",
+    "synthesis",
+    "synthesis_draw",
 )
 _adapter: TypeAdapter[AnyRecord] = TypeAdapter(AnyRecord)
 

@@ -2,7 +2,15 @@
 
 from django.urls import URLPattern, path
 
-from graders.synthesis import sweep_views, validation_api, validation_views, views
+from graders.synthesis import (
+    api,
+    export_views,
+    funnel_views,
+    sweep_views,
+    validation_api,
+    validation_views,
+    views,
+)
 
 RUN = "p/<slug:slug>/synthesis/<int:run_id>/"
 VALIDATION = "p/<slug:slug>/syntheses/<int:synthesis_id>/validation/"
@@ -30,4 +38,24 @@ urlpatterns: list[URLPattern] = [
     path("p/<slug:slug>/syntheses/sweeps/", sweep_views.sweeps_page, name="synthesis-sweeps"),
     path(SWEEP, sweep_views.sweep_page, name="synthesis-sweep"),
     path(SWEEP + "resume/", sweep_views.sweep_resume_view, name="synthesis-sweep-resume"),
+    path(
+        "api/projects/<slug:slug>/synthesis/funnel/",
+        api.synthesis_funnel_get,
+        name="api-synthesis-funnel",
+    ),
+    path(
+        "p/<slug:slug>/synthesis/funnel/",
+        funnel_views.synthesis_funnel_page,
+        name="synthesis-funnel",
+    ),
+    path(
+        "p/<slug:slug>/synthesis/kept-pairs.jsonl",
+        export_views.kept_pairs_download,
+        name="synthesis-kept-pairs",
+    ),
+    path(
+        "p/<slug:slug>/synthesis/release/<str:part>.json",
+        export_views.release_download,
+        name="synthesis-release",
+    ),
 ]

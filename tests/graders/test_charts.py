@@ -3,7 +3,7 @@
 import re
 from typing import Any
 
-from graders.charts import curve_svg, curve_warning, depth_accuracy_svg
+from graders.charts import curve_svg, curve_warning, depth_accuracy_svg, stacked_bars_svg
 
 HOSTILE = "<script>alert(1)</script>"
 
@@ -116,3 +116,21 @@ def test_the_scatter_escapes_its_labels_and_leaves_out_points_without_both_value
     assert "a judge with a very lon…</text>" in svg
     # x = LEFT + INSET + 0.5 * (640 - 64 - 24 - 32) = 340; y = 16 + 212 * 0.75 = 175.
     assert '<circle class="point selection" cx="340.0" cy="175.0" r="5">' in svg
+
+
+def test_stacked_bars_scale_to_the_longest_bar_skip_empty_segments_and_escape() -> None:
+    # Plot width 640 - 96 - 24 = 520 for the longest bar (3): 2 -> 346.7, 1 -> 173.3.
+    svg = str(
+        stacked_bars_svg(
+            title="Funnel",
+            description="Draws",
+            series=["kept", "<i>j1</i>"],
+            bars=[("retry 0", [2, 1]), ("retry 1", [1, 0])],
+        )
+    )
+    assert svg.count('<rect class="bar s0"') == 3  # two bars and the legend swatch
+    assert '<rect class="bar s0" x="96.0" y="12" width="346.7"' in svg
+    assert '<rect class="bar s1" x="442.7" y="12" width="173.3"' in svg
+    assert '<rect class="bar s0" x="96.0" y="44" width="173.3"' in svg
+    assert svg.count('<rect class="bar s1"') == 2  # retry 1 has no j1 segment
+    assert "<i>" not in svg and "&lt;i&gt;j1&lt;/i&gt;" in svg

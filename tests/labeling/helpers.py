@@ -16,12 +16,16 @@ from labeling.models import (
     RubricItem,
     RubricRevision,
     Score,
+    Synthesis,
+    SynthesisCell,
+    SynthesisDraw,
+    SynthesisVote,
     Task,
 )
 
 MODELS = (
     Annotator, CriterionGrade, Dimension, Document, JudgeScore, Preference, Response, Rubric,
-    RubricItem, RubricRevision, Score, Task,
+    RubricItem, RubricRevision, Score, Synthesis, SynthesisCell, SynthesisDraw, SynthesisVote, Task,
 )  # fmt: skip
 
 
@@ -76,4 +80,56 @@ def basic_records() -> list[dict[str, Any]]:
         {"type": "judge_score", "judge": "j1", "response": "t1/r2", "run": 0, "score": None},
         {"type": "judge_score", "judge": "j1", "response": "t1/r1", "dimension": "correctness",
          "run": 1, "score": 0.5},
+    ]  # fmt: skip
+
+
+def synthesis_records() -> list[dict[str, Any]]:
+    """A small imported synthesis (FORMATS.md "Synthesis records"), out of dependency order:
+    cascade j1, j2 and one retry. Cell c1 (bad-ok) is vetoed by j2 at retry 0 and kept at
+    retry 1; cell c2 (ok-good) is kept at once; cell c3 (bad-good, no responses) is vetoed by
+    j1 twice."""
+
+    def draw(
+        cell: str,
+        task: str,
+        levels: list[str],
+        retry: int,
+        votes: list[Any],
+        responses: list[str] | None = None,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        record = {
+            "type": "synthesis_draw",
+            "synthesis": "s1",
+            "cell": cell,
+            "task": task,
+            "dimension": "friendliness",
+            "levels": levels,
+            "retry": retry,
+            "agent": "m-a",
+            "votes": [{"judge": j, "agrees": a} for j, a in votes],
+            **extra,
+        }
+        if responses is not None:
+            record["responses"] = responses
+        return record
+
+    return [
+        draw("c1", "a1", ["bad", "ok"], 1, [("j1", True), ("j2", True)], ["a1/bad/1", "a1/ok/1"],
+             cost=0.5),
+        draw("c1", "a1", ["bad", "ok"], 0, [("j1", True), ("j2", False)],
+             ["a1/bad/0", "a1/ok/0"], cost=0.25),
+        draw("c2", "a2", ["ok", "good"], 0, [("j1", True), ("j2", True)],
+             ["a2/ok/0", "a2/good/0"], cost=0.25),
+        draw("c3", "a1", ["bad", "good"], 0, [("j1", False)]),
+        draw("c3", "a1", ["bad", "good"], 1, [("j1", False)]),
+        {"type": "synthesis", "id": "s1", "judges": ["j1", "j2"], "retries": 1},
+        {"type": "dimension", "name": "friendliness", "description": "Warmth."},
+        {"type": "task", "id": "a1", "domain": "airline", "prompt": "Cancel my flight"},
+        {"type": "task", "id": "a2", "domain": "retail", "prompt": "Return my shoes"},
+        *[{"type": "response", "id": f"a1/{level}/{retry}", "task": "a1",
+           "content": f"{level} answer {retry}"}
+          for level in ("bad", "ok") for retry in (0, 1)],
+        {"type": "response", "id": "a2/ok/0", "task": "a2", "content": "Fine."},
+        {"type": "response", "id": "a2/good/0", "task": "a2", "content": "Gladly!"},
     ]  # fmt: skip

@@ -30,7 +30,7 @@ def test_valid_file_in_any_order_imports_every_record(project: Project, tmp_path
     report = jsonl_import(project=project, path=write_jsonl(tmp_path / "a.jsonl", basic_records()))
     assert report.counts == {
         "dimension": 1, "task": 2, "response": 4, "rubric": 1, "criterion_grade": 1, "score": 2,
-        "preference": 2, "judge_score": 3,
+        "preference": 2, "judge_score": 3, "synthesis": 0, "synthesis_draw": 0,
     }  # fmt: skip
     trajectory = Response.objects.get(external_id="t1/r2")
     assert trajectory.messages[1]["tool_calls"][0]["name"] == "get_reservation"

@@ -1,0 +1,100 @@
+"""Reads for the synthesis funnel: which synthesis a page or command means, and its rows as the
+engine's inputs (graders/engine/synthesis/funnel.py). Generated and imported syntheses are the
+same rows, so they read the same way."""
+
+from graders.engine.synthesis.funnel import (
+    Cell,
+    Draw,
+    Funnel,
+    StageUsage,
+    SynthesisRun,
+    Vote,
+    funnel_compute,
+)
+from labeling.models import Project, Synthesis, SynthesisCell
+
+
+class SynthesisChoiceError(Exception):
+    """No synthesis matches what was asked for; the message says why in one line."""
+
+
+def syntheses_list(*, project: Project) -> list[Synthesis]:
+    """The project's syntheses, newest first."""
+    return list(Synthesis.objects.filter(project=project).order_by("-created_at", "-pk"))
+
+
+def synthesis_choose(*, project: Project, external_id: str | None) -> Synthesis:
+    """The synthesis `external_id` of the project, or its only one when none is named;
+    SynthesisChoiceError when it does not exist, the project has none, or several."""
+    if external_id is not None:
+        found = Synthesis.objects.filter(project=project, external_id=external_id).first()
+        if found is None:
+            raise SynthesisChoiceError(f"project {project.slug!r} has no synthesis {external_id!r}")
+        return found
+    syntheses = syntheses_list(project=project)
+    if not syntheses:
+        raise SynthesisChoiceError(
+            f"project {project.slug!r} has no synthesis yet: run one or import synthesis records"
+        )
+    if len(syntheses) > 1:
+        names = ", ".join(s.external_id for s in syntheses)
+        raise SynthesisChoiceError(
+            f"project {project.slug!r} has {len(syntheses)} syntheses ({names}): name one "
+            "with --synthesis"
+        )
+    return syntheses[0]
+
+
+def synthesis_run_load(*, synthesis: Synthesis) -> SynthesisRun:
+    """The synthesis's cells, draws and votes as the engine's dataclasses."""
+    cells = (
+        SynthesisCell.objects.filter(synthesis=synthesis)
+        .select_related("task", "dimension")
+        .prefetch_related("draws__votes")
+        .order_by("external_id")
+    )
+    return SynthesisRun(
+        judges=tuple(synthesis.judges),
+        retries=synthesis.retries,
+        cells=tuple(
+            Cell(
+                id=cell.external_id,
+                dimension=cell.dimension.name,
+                domain=cell.task.domain,
+                contrast=cell.contrast,
+                agent=cell.agent,
+                draws=tuple(
+                    Draw(
+                        retry=draw.retry,
+                        outcome=draw.outcome,
+                        cost=draw.cost,
+                        votes=tuple(
+                            Vote(judge=v.judge, agrees=v.agrees, slot_order=v.slot_order)
+                            for v in draw.votes.all()
+                        ),
+                        usage={
+                            stage: StageUsage(calls=int(u.get("calls", 0)), tokens=u.get("tokens"))
+                            for stage, u in (draw.usage or {}).items()
+                        },
+                    )
+                    for draw in cell.draws.all()
+                ),
+            )
+            for cell in cells
+        ),
+    )
+
+
+def synthesis_funnel(*, synthesis: Synthesis) -> Funnel:
+    """The funnel of one synthesis (paper Tables 1, 8 and 9)."""
+    return funnel_compute(synthesis_run_load(synthesis=synthesis))
+
+
+def synthesis_funnel_json(*, synthesis: Synthesis) -> dict[str, object]:
+    """The `synthesis_funnel --json` document: FORMATS.md's keys, plus which synthesis."""
+    return {
+        "synthesis": synthesis.external_id,
+        "judges": list(synthesis.judges),
+        "retries": synthesis.retries,
+        **synthesis_funnel(synthesis=synthesis).as_json(),
+    }
