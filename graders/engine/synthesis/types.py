@@ -48,6 +48,9 @@ class Spent:
     calls: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
+    # Seconds the calls took once sent, in sequence (queueing excluded): how far this value
+    # moved its cell along; the pipeline serves cells that have come furthest first.
+    latency_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,7 @@ class Rollout:
     calls: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
+    latency_s: float = 0.0  # as Spent.latency_s
 
     def __post_init__(self) -> None:
         if (self.content is None) == (self.messages is None):
