@@ -152,4 +152,8 @@ class MemoryStore:
         self.events.append(("fail", cell.key, reason))
 
     def kept_cells(self) -> set[str]:
-        return {key for (key, _), kept in self.ends.items() if kept}
+        return set(self.kept_at())
+
+    def kept_at(self) -> dict[str, int]:
+        """The retry each kept cell was kept at."""
+        return {key: retry for (key, retry), kept in self.ends.items() if kept}
