@@ -81,14 +81,22 @@ async def cells_run(
     failed judge call) is reported with store.cell_fail and the others go on. When a call
     raises (BudgetExhausted, CallsStopped), every cell still finishes the calls it has in flight
     and stores them, then the first such exception is raised.
+
+    Concurrency is each endpoint's own (JudgeClient's max_concurrency); a cell's calls wait for
+    its slots with graders.engine.slots.call_priority set from how far the cell has come, so
+    one slow call delays its own cell only.
     """
     if not judges:
         raise ValueError("the cascade needs at least one filter judge")
     if retries < 0:
         raise ValueError("retries must be 0 or more")
     run = _Run(tasks, dimensions, writer, tuple(judges), roller, store, retries, seed)
+    keys: set[str] = set()
     for cell in cells:
         run.require(cell)
+        if cell.key in keys:
+            raise ValueError(f"cell {cell.key} appears twice")
+        keys.add(cell.key)
     await gather_all(run.cell(cell) for cell in cells)
 
 

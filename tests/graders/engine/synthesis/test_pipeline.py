@@ -2,6 +2,7 @@
 
 import asyncio
 import itertools
+import re
 from collections import Counter
 from typing import Any
 
@@ -331,6 +332,10 @@ def test_bad_arguments_are_refused_before_any_call() -> None:
     [cell] = cells_plan(tasks=["t9"], dimensions=["warmth"], agents=["m1"], seed=0)
     with pytest.raises(ValueError, match="unknown task 't9'"):
         _run([cell], store, judges=[("j1", FakeJudge(right_answer))])
+    with pytest.raises(ValueError, match=re.escape("cell warmth.t0 appears twice")):
+        _run(_cells(1) * 2, store, judges=[("j1", FakeJudge(right_answer))])
+    with pytest.raises(ValueError, match="retries must be 0 or more"):
+        _run(_cells(1), store, judges=[("j1", FakeJudge(right_answer))], retries=-1)
     assert not store.events
 
 
