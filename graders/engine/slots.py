@@ -31,10 +31,12 @@ class PrioritySlots:
 
     @property
     def waiting(self) -> int:
+        """Callers waiting for a slot now."""
         return sum(not future.done() for *_, future in self._waiters)
 
     async def __aenter__(self) -> None:
-        if self._free > 0 and not self.waiting:
+        # A slot is free only while nobody waits: a released slot goes to a waiter first.
+        if self._free > 0:
             self._free -= 1
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
