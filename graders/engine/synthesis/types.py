@@ -56,7 +56,8 @@ class Spent:
 @dataclass(frozen=True)
 class Steering(Spent):
     """WriteSteer's answer for one cell: the writer's reasoning and one instruction body per
-    level. Shown to admins only; never to agents' users, labelers, filter judges or evaluators."""
+    level. Admins may read it; an agent gets one level's body in its system prompt (wrapped);
+    labelers, the user simulator, filter judges and evaluators never see any of it."""
 
     reasoning: str
     bad: str
