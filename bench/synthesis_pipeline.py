@@ -1,7 +1,7 @@
 """Synthesis generation against a heavy-tailed judge: does a straggler hold the run, and is
 anything asked twice?
 
-    python bench/synthesis_pipeline.py [--cells 300] [--concurrency 16] [--retries 2]
+    python bench/synthesis_pipeline.py [--cells 300] [--concurrency 32] [--retries 2]
                                        [--scale 1.0] [--seed 0]
 
 Runs graders.engine.synthesis.pipeline.cells_run over `cells` cells (a third per dimension)
@@ -13,7 +13,8 @@ with `concurrency` calls in flight. Latencies are heavy-tailed as the PADME pape
 The server's script: the writer's first answer is malformed for 3% of cells (one re-ask), the
 agent follows its steering, judge 1 picks the wrong side of 20% of draws and judge 2 of 10%,
 and 5% of first asks state no verdict (one re-ask). Every decision is a hash of the cell and
-the draw's rollout seed, so the bench works out what the script implies by itself.
+the draw's rollout seed (tests/fakes/synthesis_script.py), so the bench works out what the
+script implies by itself.
 
 It prints:
 - wall time against the bound max(longest chain, busiest endpoint's call time / concurrency),
@@ -21,15 +22,17 @@ It prints:
   two rollouts and the judges in turn) with the server's latency for each: target ratio <= 1.25;
 - judge calls per kept pair against the minimum the script implies: target 1.00 (nothing is
   asked twice, no stage waits on a barrier to re-ask).
+
+The bound is tight when one of its terms dominates. Where the two are about equal (concurrency
+16 here: the agent endpoint is busy for about as long as the longest chain), no scheduler that
+cannot foresee which call will take 100 s gets near it: a cell whose slow call comes after a
+wait in a full queue ends that wait later (ratio about 1.5 at --scale 0.1; 1.20 at 32, 1.08 at 64).
 """
 
 import argparse
 import asyncio
-import hashlib
-import json
 import logging
 import multiprocessing
-import re
 import sys
 import time
 from collections import defaultdict
@@ -43,113 +46,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import cpu_meter
 from graders.engine.judge import ChatRequest, ChatResult, JudgeClient, JudgeSettings
-from graders.engine.synthesis.pipeline import FILTER_REASKS, cells_run, rollout_seed
-from graders.engine.synthesis.plan import CellPlan, cells_plan
-from graders.engine.synthesis.prompts import FILTER_REASK
+from graders.engine.synthesis.pipeline import cells_run
+from graders.engine.synthesis.plan import cells_plan
 from graders.engine.synthesis.rollout import SingleResponseRoller
-from graders.engine.synthesis.types import LEVELS, DimensionSpec, SynthesisTask
+from graders.engine.synthesis.types import DimensionSpec, SynthesisTask
 from tests.fakes.openai_server import FakeJudgeServer, heavy_tail_latency
+from tests.fakes.synthesis_script import SynthesisScript, tag_of
 from tests.graders.engine.synthesis.helpers import MemoryStore
 
 TARGET_WALL_RATIO = 1.25
 DIMENSIONS = ("friendliness", "clarity", "resolution")
-JUDGES = ("judge1", "judge2")
-JUDGE_ERROR = {"judge1": 0.20, "judge2": 0.10}
-NO_VERDICT = 0.05
-STEER_MALFORMED = 0.03
-CELL = re.compile(r"cell=(\S+)")
-QUALITY = re.compile(r"quality=(\d) cell=(\S+) seed=(\d+)")
-FENCED = re.compile(r"<<<DATA-(\w+)>>>\n(.*?)\n<<<END-DATA-\1>>>", re.DOTALL)
-
-
-def cell_of(text: str) -> str:
-    """The cell a request is about: rollouts and filter prompts carry "cell=<key>" (the fake
-    writer puts it in every steering text); a steering request names its dimension (the first
-    fenced value) and its task ("User <task> wants help.")."""
-    tagged = CELL.search(text)
-    if tagged is not None:
-        return tagged.group(1)
-    task = re.search(r"User (\S+) wants help\.", text).group(1)  # type: ignore[union-attr]
-    return f"{_fenced(text)[0]}.{task}"
-
-
-def share(*parts: object) -> float:
-    """A uniform [0, 1) value from `parts`: the script's dice."""
-    digest = hashlib.sha256(":".join(map(str, parts)).encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64
-
-
-# The fake server's side ---------------------------------------------------------------------
-
-
-def respond(body: dict[str, Any]) -> str:
-    """The scripted answer to one request, by which stage sent it."""
-    model = body["model"]
-    text = "\n".join(str(message["content"]) for message in body["messages"])
-    if model == "writer":
-        return steer_answer(text)
-    if model == "agent":
-        system = body["messages"][0]["content"]
-        [(level, cell)] = re.findall(r"level=(\w+) cell=(\S+)", system)
-        return f"quality={LEVELS.index(level)} cell={cell} seed={body['seed']}"
-    return filter_answer(model, text)
-
-
-def steer_answer(text: str) -> str:
-    cell = cell_of(text)
-    if "could not be used" not in text and share("malformed", cell) < STEER_MALFORMED:
-        return '{"reasoning": "cut short", "bad": "'
-    steering = {"reasoning": f"levels for cell={cell}"}
-    steering |= {level: f"Act at level={level} cell={cell} throughout." for level in LEVELS}
-    return json.dumps(steering)
-
-
-def filter_answer(judge: str, text: str) -> str:
-    a, b = (QUALITY.search(data).groups() for data in [*_fenced(text)][-2:])  # type: ignore[union-attr]
-    _, cell, seed = a
-    if FILTER_REASK not in text and share("silent", judge, cell, seed) < NO_VERDICT:
-        return "Both have merit; I cannot choose."
-    better = "A" if int(a[0]) > int(b[0]) else "B"
-    if share("wrong", judge, cell, seed) < JUDGE_ERROR[judge]:
-        better = "B" if better == "A" else "A"
-    return json.dumps({"reasoning": "compared on the dimension", "answer": better})
-
-
-def _fenced(text: str) -> list[str]:
-    return [data for _, data in FENCED.findall(text)]
+SCRIPT = SynthesisScript()
+JUDGES = tuple(SCRIPT.judge_errors)
 
 
 def serve(scale: float, control: Connection) -> None:
     """Child process: serve until told to stop."""
     latency = heavy_tail_latency(scale=scale)
-    with FakeJudgeServer(responder=respond, latency=latency, keep_requests=False) as server:
+    with FakeJudgeServer(responder=SCRIPT.respond, latency=latency, keep_requests=False) as server:
         control.send(server.base_url)
         while control.recv() == "stats":
             control.send({"calls": server.call_count, "max_in_flight": server.max_in_flight})
-
-
-# What the script implies --------------------------------------------------------------------
-
-
-def minimum_calls(cells: list[CellPlan], retries: int, seed: int) -> dict[str, int]:
-    """The calls the script cannot do without, by stage, and the pairs it keeps."""
-    needed = {"writer": 0, "agent": 0, "judges": 0, "kept": 0}
-    for cell in cells:
-        needed["writer"] += 1 + (share("malformed", cell.key) < STEER_MALFORMED)
-        for retry in range(retries + 1):
-            draw_seed = rollout_seed(seed, cell, retry)
-            needed["agent"] += 2
-            vetoed = False
-            for judge in JUDGES:
-                silent = share("silent", judge, cell.key, draw_seed) < NO_VERDICT
-                needed["judges"] += 1 + silent * min(1, FILTER_REASKS)
-                if share("wrong", judge, cell.key, draw_seed) < JUDGE_ERROR[judge]:
-                    vetoed = True
-                    break
-            if not vetoed:
-                needed["kept"] += 1
-                break
-    return needed
 
 
 # The client's side --------------------------------------------------------------------------
@@ -170,7 +87,7 @@ class Timed:
             "messages": list(request.messages),
             "seed": settings.seed if request.seed is None else request.seed,
         }
-        cell = cell_of("\n".join(message["content"] for message in request.messages))
+        cell = tag_of("\n".join(message["content"] for message in request.messages))
         kind = f"{settings.model}:{request.seed}" if settings.model == "agent" else settings.model
         self.calls.append((cell, kind, self.latency(body)))
         return await self.client.complete(request)
@@ -192,11 +109,17 @@ def longest_chain(endpoints: Mapping[str, Timed]) -> float:
     return max(chain.values())
 
 
+TASKS = {
+    f"t{i}": SynthesisTask(f"t{i}", "airline", f"Request {i}.", f"User t{i} wants help.")
+    for i in range(1000)
+}
+DIMENSION_SPECS = {
+    name: DimensionSpec(name, f"How well the agent does on {name}.") for name in DIMENSIONS
+}
+
+
 async def run(args: argparse.Namespace, base_url: str) -> dict[str, Any]:
-    tasks = {
-        f"t{i}": SynthesisTask(f"t{i}", "airline", f"Request {i}.", f"User t{i} wants help.")
-        for i in range(args.cells // len(DIMENSIONS))
-    }
+    tasks = {key: TASKS[key] for key in list(TASKS)[: args.cells // len(DIMENSIONS)]}
     cells = cells_plan(tasks=list(tasks), dimensions=DIMENSIONS, agents=["agent"], seed=args.seed)
     latency = heavy_tail_latency(scale=args.scale)
     clients = {
@@ -218,9 +141,7 @@ async def run(args: argparse.Namespace, base_url: str) -> dict[str, Any]:
     await cells_run(
         cells,
         tasks=tasks,
-        dimensions={
-            name: DimensionSpec(name, f"How well the agent does on {name}.") for name in DIMENSIONS
-        },
+        dimensions=DIMENSION_SPECS,
         writer=timed["writer"],
         judges=[(name, timed[name]) for name in JUDGES],
         roller=SingleResponseRoller({"agent": timed["agent"]}),
@@ -237,7 +158,7 @@ async def run(args: argparse.Namespace, base_url: str) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--cells", type=int, default=300)
-    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--retries", type=int, default=2)
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
@@ -260,7 +181,14 @@ def main() -> None:
 
     store: MemoryStore = result["store"]
     timed: dict[str, Timed] = result["timed"]
-    needed = minimum_calls(result["cells"], args.retries, args.seed)
+    needed = SCRIPT.implied(
+        result["cells"],
+        tasks=TASKS,
+        dimensions=DIMENSION_SPECS,
+        judges=JUDGES,
+        retries=args.retries,
+        seed=args.seed,
+    )
     chain = longest_chain(timed)
     busiest = max(sum(seconds for *_, seconds in t.calls) for t in timed.values())
     capacity = busiest / args.concurrency
@@ -284,16 +212,18 @@ def main() -> None:
         f"{chain:.2f} s, busiest endpoint {busiest:.1f} s / {args.concurrency} = {capacity:.2f} s)"
     )
     print(f"ratio:       {result['wall'] / bound:.3f} (target <= {TARGET_WALL_RATIO})")
-    print(f"kept:        {kept} of {len(result['cells'])} cells (script implies {needed['kept']})")
+    print(f"kept:        {kept} of {len(result['cells'])} cells (script implies {needed.kept})")
+    if store.kept_at() != {key: r for key, r in needed.kept_at.items() if r is not None}:
+        raise SystemExit("the kept draws differ from the script's")
     print(
         f"judge calls: {judge_calls / kept:.3f} per kept pair against the script's minimum "
-        f"{needed['judges'] / needed['kept']:.3f} = ratio "
-        f"{(judge_calls / kept) / (needed['judges'] / needed['kept']):.3f} (target 1.00)"
+        f"{needed.judges / needed.kept:.3f} = ratio "
+        f"{(judge_calls / kept) / (needed.judges / needed.kept):.3f} (target 1.00)"
     )
-    implied = needed["writer"] + needed["agent"] + needed["judges"]
+    implied = needed.writer + needed.agent + needed.judges
     print(
         f"all calls:   {sum(made.values())} made, {implied} "
-        f"implied (writer {needed['writer']}, agent {needed['agent']}, judges {needed['judges']})"
+        f"implied (writer {needed.writer}, agent {needed.agent}, judges {needed.judges})"
     )
 
 

@@ -37,6 +37,7 @@ import httpx
 from graders.engine.egress import EgressPolicy, EgressRefused
 from graders.engine.jsonout import OutputInvalid, extract_json_object, validate, wire_schema
 from graders.engine.judge_http import HttpReply, JudgeTransport, client_timeout, ssl_context
+from graders.engine.slots import PrioritySlots
 
 ResponseFormat = Literal["json_schema", "json_object", "none"]
 Message = dict[str, str]
@@ -292,7 +293,8 @@ class JudgeClient:
         self._stop = stop
         self._backoff_base_s = backoff_base_s
         self._backoff_cap_s = backoff_cap_s
-        self._semaphore = asyncio.Semaphore(settings.max_concurrency)
+        # Waiting calls go in by graders.engine.slots.call_priority, then in arrival order.
+        self._semaphore = PrioritySlots(settings.max_concurrency)
         self._in_flight: dict[str, asyncio.Future[None]] = {}
         # Lookups waiting for the next batched get_many (see _cache_lookup).
         self._lookups: dict[str, list[asyncio.Future[dict[str, Any] | None]]] = {}

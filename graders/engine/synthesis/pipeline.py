@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from graders.engine.judge import ChatResult
 from graders.engine.programs import Judge, gather_all
+from graders.engine.slots import call_priority
 from graders.engine.synthesis.plan import CellPlan
 from graders.engine.synthesis.prompts import (
     Choice,
@@ -80,14 +81,22 @@ async def cells_run(
     failed judge call) is reported with store.cell_fail and the others go on. When a call
     raises (BudgetExhausted, CallsStopped), every cell still finishes the calls it has in flight
     and stores them, then the first such exception is raised.
+
+    Concurrency is each endpoint's own (JudgeClient's max_concurrency); a cell's calls wait for
+    its slots with graders.engine.slots.call_priority set from how far the cell has come, so
+    one slow call delays its own cell only.
     """
     if not judges:
         raise ValueError("the cascade needs at least one filter judge")
     if retries < 0:
         raise ValueError("retries must be 0 or more")
     run = _Run(tasks, dimensions, writer, tuple(judges), roller, store, retries, seed)
+    keys: set[str] = set()
     for cell in cells:
         run.require(cell)
+        if cell.key in keys:
+            raise ValueError(f"cell {cell.key} appears twice")
+        keys.add(cell.key)
     await gather_all(run.cell(cell) for cell in cells)
 
 
@@ -102,6 +111,20 @@ def rollout_seed(seed: int, cell: CellPlan, retry: int) -> int:
     """The sampling seed of a draw's two rollouts: new for every retry (a fresh rollout), the
     same again on a resume."""
     return random.Random(f"{seed}:rollout:{cell.key}:{retry}").randrange(2**31)
+
+
+class _Progress:
+    """How far a cell's chain has come in call time (queueing excluded). Its calls wait for an
+    endpoint's slots with call_priority = minus that, so a cell a slow call held up does not
+    queue again behind cells that are far from done: the run ends near its longest chain."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        call_priority.set(0.0)
+
+    def add(self, seconds: float) -> None:
+        self.seconds += seconds
+        call_priority.set(-self.seconds)
 
 
 class _CellFailed(Exception):
@@ -126,13 +149,16 @@ class _Run:
             raise ValueError(f"cell {cell.key}: unknown dimension {cell.dimension!r}")
 
     async def cell(self, cell: CellPlan) -> None:
+        """One cell, in its own task: the call_priority it sets holds for its calls only."""
+        progress = _Progress()
         try:
             steering = self.store.steering(cell)
             if steering is None:
                 steering = await self.steer(cell)
                 self.store.steering_put(cell, steering)
+            progress.add(steering.latency_s)
             for retry in range(self.retries + 1):
-                kept = await self.draw(cell, retry, steering)
+                kept = await self.draw(cell, retry, steering, progress)
                 self.store.draw_end(cell, retry, kept)
                 if kept:
                     return
@@ -160,16 +186,20 @@ class _Run:
             return replace(steering, **_spent(results))
         raise _CellFailed(f"steering writer: {error} (still after one re-ask)")
 
-    async def draw(self, cell: CellPlan, retry: int, steering: Steering) -> bool:
+    async def draw(
+        self, cell: CellPlan, retry: int, steering: Steering, progress: "_Progress"
+    ) -> bool:
         """One draw: both rollouts, then the cascade; True when every judge agreed."""
         low, high = await gather_all(
             self.rollout(cell, retry, level, steering) for level in (cell.low, cell.high)
         )
+        progress.add(max(low.latency_s, high.latency_s))
         for position, (name, judge) in enumerate(self.judges):
             vote = self.store.vote(cell, retry, position)
             if vote is None:
                 vote = await self.vote(cell, retry, position, name, judge, low, high)
                 self.store.vote_put(cell, retry, vote)
+            progress.add(vote.latency_s)
             if not vote.keeps:
                 return False
         return True
@@ -232,4 +262,5 @@ def _spent(results: Sequence[ChatResult]) -> dict[str, Any]:
         "calls": len(results),
         "tokens_in": sum(result.tokens_in for result in results),
         "tokens_out": sum(result.tokens_out for result in results),
+        "latency_s": sum(result.latency_s for result in results),
     }

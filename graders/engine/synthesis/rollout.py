@@ -180,4 +180,5 @@ class _Spending:
             calls=len(self.results),
             tokens_in=sum(result.tokens_in for result in self.results),
             tokens_out=sum(result.tokens_out for result in self.results),
+            latency_s=sum(result.latency_s for result in self.results),
         )

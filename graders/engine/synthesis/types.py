@@ -48,12 +48,16 @@ class Spent:
     calls: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
+    # Seconds the calls took once sent, in sequence (queueing excluded): how far this value
+    # moved its cell along; the pipeline serves cells that have come furthest first.
+    latency_s: float = 0.0
 
 
 @dataclass(frozen=True)
 class Steering(Spent):
     """WriteSteer's answer for one cell: the writer's reasoning and one instruction body per
-    level. Shown to admins only; never to agents' users, labelers, filter judges or evaluators."""
+    level. Admins may read it; an agent gets one level's body in its system prompt (wrapped);
+    labelers, the user simulator, filter judges and evaluators never see any of it."""
 
     reasoning: str
     bad: str
@@ -87,6 +91,7 @@ class Rollout:
     calls: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
+    latency_s: float = 0.0  # as Spent.latency_s
 
     def __post_init__(self) -> None:
         if (self.content is None) == (self.messages is None):

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from graders.engine.judge import ChatRequest, ChatResult
+from graders.engine.slots import call_priority
 from graders.engine.synthesis.plan import CellPlan
 from graders.engine.synthesis.rollout import RolloutFailed
 from graders.engine.synthesis.types import Rollout, Steering, SynthesisTask, Vote
@@ -58,9 +59,12 @@ class FakeJudge:
     gate: asyncio.Event | None = None
     held: Callable[[ChatRequest], bool] = lambda request: False
     fail: Callable[[ChatRequest], BaseException | None] = lambda request: None
+    latency_s: float = 0.0
+    priorities: list[float] = field(default_factory=list)
 
     async def complete(self, request: ChatRequest) -> ChatResult:
         self.requests.append(request)
+        self.priorities.append(call_priority.get())
         raised = self.fail(request)
         if raised is not None:
             raise raised
@@ -68,7 +72,9 @@ class FakeJudge:
             await self.gate.wait()
         await asyncio.sleep(0)
         text = self.answer(request)
-        return ChatResult(text, None, None, tokens_in=10, tokens_out=5, cost=self.cost)
+        return ChatResult(
+            text, None, None, tokens_in=10, tokens_out=5, cost=self.cost, latency_s=self.latency_s
+        )
 
 
 @dataclass
@@ -79,18 +85,22 @@ class FakeRoller:
     fail_level: int | None = None
     gate: asyncio.Event | None = None
     held_task: str | None = None
+    latency_s: float = 0.0
+    priorities: list[float] = field(default_factory=list)
 
     async def roll(
         self, task: SynthesisTask, system_addition: str, *, agent: str, seed: int
     ) -> Rollout:
         [level] = [q for marker, q in QUALITY.items() if marker in system_addition]
         self.calls.append((task.id, system_addition, agent, seed))
+        self.priorities.append(call_priority.get())
         if self.gate is not None and task.id == self.held_task:
             await self.gate.wait()
         await asyncio.sleep(0)
         if level == self.fail_level:
             raise RolloutFailed("the agent endpoint answered 500")
-        return Rollout(f"quality={level} task={task.id} seed={seed}", None, cost=0.1, calls=1)
+        text = f"quality={level} task={task.id} seed={seed}"
+        return Rollout(text, None, cost=0.1, calls=1, latency_s=self.latency_s)
 
 
 @dataclass
@@ -142,4 +152,8 @@ class MemoryStore:
         self.events.append(("fail", cell.key, reason))
 
     def kept_cells(self) -> set[str]:
-        return {key for (key, _), kept in self.ends.items() if kept}
+        return set(self.kept_at())
+
+    def kept_at(self) -> dict[str, int]:
+        """The retry each kept cell was kept at."""
+        return {key: retry for (key, retry), kept in self.ends.items() if kept}

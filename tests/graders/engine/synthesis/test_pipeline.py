@@ -2,12 +2,14 @@
 
 import asyncio
 import itertools
+import re
 from collections import Counter
 from typing import Any
 
 import pytest
 
 from graders.engine.judge import BudgetExhausted, ChatRequest
+from graders.engine.slots import call_priority
 from graders.engine.synthesis.pipeline import FILTER_REASKS, cells_run, slot_order
 from graders.engine.synthesis.plan import CellPlan, cells_plan
 from graders.engine.synthesis.prompts import FILTER_REASK, steer_parse
@@ -246,6 +248,18 @@ def test_a_straggler_does_not_hold_other_cells() -> None:
     assert ends[-1] == straggler.key and set(ends[:-1]) == others
 
 
+def test_a_cell_that_has_come_further_waits_with_a_more_urgent_priority() -> None:
+    # Each call's priority is minus the cell's call time so far (queueing excluded): steering
+    # 1 s, the slower rollout 2 s, each vote 1 s. Two cells run concurrently, each on its own.
+    writer = FakeJudge(lambda request: STEER_ANSWER, latency_s=1.0)
+    roller = FakeRoller(latency_s=2.0)
+    j1, j2 = FakeJudge(right_answer, latency_s=1.0), FakeJudge(right_answer, latency_s=1.0)
+    _run(_cells(2), MemoryStore(), judges=[("j1", j1), ("j2", j2)], writer=writer, roller=roller)
+    assert (writer.priorities, roller.priorities) == ([0.0, 0.0], [-1.0] * 4)
+    assert (j1.priorities, j2.priorities) == ([-3.0, -3.0], [-4.0, -4.0])
+    assert call_priority.get() == 0.0  # set in the cells' own tasks, not the caller's
+
+
 def test_steering_is_re_asked_once_with_the_validation_error() -> None:
     store = MemoryStore()
     answers = iter(['{"reasoning": "x", "bad": "b", "ok": "o"}'])
@@ -318,6 +332,10 @@ def test_bad_arguments_are_refused_before_any_call() -> None:
     [cell] = cells_plan(tasks=["t9"], dimensions=["warmth"], agents=["m1"], seed=0)
     with pytest.raises(ValueError, match="unknown task 't9'"):
         _run([cell], store, judges=[("j1", FakeJudge(right_answer))])
+    with pytest.raises(ValueError, match=re.escape("cell warmth.t0 appears twice")):
+        _run(_cells(1) * 2, store, judges=[("j1", FakeJudge(right_answer))])
+    with pytest.raises(ValueError, match="retries must be 0 or more"):
+        _run(_cells(1), store, judges=[("j1", FakeJudge(right_answer))], retries=-1)
     assert not store.events
 
 
