@@ -115,12 +115,13 @@ def funnel_expected(
     outcomes: dict[str, list[list[tuple[str, bool]]]],
     failed: dict[str, tuple[int, ...]],
     slot_2: dict[str, list[tuple[str, bool]]],
+    stages: dict[str, tuple[int, int | None]],
     cost: float,
 ) -> dict[str, Any]:
     """The synthesis_funnel --json document the script implies. `outcomes` holds every cell's
     judged draws; `failed` a cell's draws that ended failed (their retries); `slot_2` per cell,
     for each judge request the server received, the judge and whether the better response was
-    shown second."""
+    shown second; `stages` the calls and tokens (None: unknown) of each stage."""
 
     def drawn(group: list[Planned]) -> list[tuple[int, list[tuple[str, bool]] | None]]:
         return [
@@ -205,7 +206,16 @@ def funnel_expected(
         "by": {axis: subsets(axis) for axis in ("dimension", "domain", "contrast", "agent")},
         "cost": cost,
         "cost_per_kept": share(cost, kept),
-        "stages": [],
+        "stages": [
+            {
+                "stage": stage,
+                "calls": calls,
+                "tokens": tokens,
+                "calls_per_kept": share(calls, kept),
+                "tokens_per_kept": None if tokens is None else share(tokens, kept),
+            }
+            for stage, (calls, tokens) in sorted(stages.items())
+        ],
         "position": audit,
     }
 
@@ -335,7 +345,9 @@ def test_a_run_killed_halfway_finishes_once_with_the_funnel_the_script_implies(
     failed_cells = SynthesisCell.objects.filter(synthesis=run.synthesis).exclude(error="")
     assert {c.task.external_id for c in failed_cells} == {BAD_STEERING}
 
-    expected = funnel_expected(cells, implied, {}, slots_seen(fake_judge, cells), 0.0)
+    # Stages: what the server answered, but the failed cells' steering, which is on no draw.
+    stages = script.stages(without={BAD_STEERING})
+    expected = funnel_expected(cells, implied, {}, slots_seen(fake_judge, cells), stages, 0.0)
     assert funnel_json(project, run) == expected
 
 
@@ -391,7 +403,8 @@ def test_a_webhook_run_fails_its_one_failing_job_clearly_and_funnels_the_rest(
     assert script.sights == votes_implied(cells, implied)
 
     rollouts = 2 * sum(map(len, implied.values())) + 1  # the failing draw's other rollout
-    expected = funnel_expected(
-        cells, implied, {failing.key: (0,)}, slots_seen(fake_judge, cells), 0.5 * rollouts
-    )
+    # The webhook reports no tokens: its stage's calls are the rollouts it returned.
+    stages: dict[str, tuple[int, int | None]] = {**script.stages(), "rollout": (rollouts, None)}
+    seen = slots_seen(fake_judge, cells)
+    expected = funnel_expected(cells, implied, {failing.key: (0,)}, seen, stages, 0.5 * rollouts)
     assert funnel_json(project, run) == expected

@@ -45,6 +45,8 @@ def test_webhook_rollouts_store_trajectories_and_fail_one_job_clearly(
     response = kept.first().high_response  # type: ignore[union-attr]
     assert response.messages[-1]["content"].endswith("via hook") and response.content == ""
     assert all(d.cost == pytest.approx(1.0) for d in kept)  # two rollouts at $0.5
+    # A harness reports no tokens: the rollout stage counts its calls, its tokens unknown.
+    assert all(d.usage["rollout"] == {"calls": 2} and d.usage["filter"]["tokens"] > 0 for d in kept)
     # What the webhook was sent: the job and the task, no key, no endpoint URL.
     body = hook.bodies[0]
     assert set(body) == {"synthesis", "cell", "task", "level", "attempt", "agent",
