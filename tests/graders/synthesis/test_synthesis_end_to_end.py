@@ -25,9 +25,17 @@ import pytest
 from django.core.management import call_command
 
 from graders.engine.judge import ChatRequest
-from graders.models import JudgeEndpoint, SynthesisRun
+from graders.models import JudgeCall, JudgeEndpoint, SynthesisRun
 from graders.synthesis.runs import synthesis_start
-from labeling.models import DrawOutcome, Job, JobStatus, Project, SynthesisCell, SynthesisDraw
+from labeling.models import (
+    DrawOutcome,
+    Job,
+    JobStatus,
+    Project,
+    SynthesisCell,
+    SynthesisDraw,
+    SynthesisVote,
+)
 from tests.conftest import CeleryWorkers, wait_for
 from tests.fakes.openai_server import FakeJudgeServer
 from tests.graders.engine.synthesis.helpers import fenced, slots
@@ -265,6 +273,31 @@ def slots_seen(server: FakeJudgeServer, cells: list[Planned]) -> dict[str, list[
     return seen
 
 
+def settled(run: SynthesisRun, quiet_s: float = 0.5) -> bool:
+    """Wait until the run's rows stop changing for `quiet_s` (every answer it holds stored)."""
+
+    def rows() -> tuple[int, ...]:
+        cells = SynthesisCell.objects.filter(synthesis=run.synthesis)
+        draws = SynthesisDraw.objects.filter(cell__synthesis=run.synthesis)
+        return (
+            cells.exclude(steering={}).count(),
+            cells.exclude(error="").count(),
+            draws.exclude(outcome=DrawOutcome.PENDING).count(),
+            draws.filter(low_response__isnull=False).count(),
+            draws.filter(high_response__isnull=False).count(),
+            SynthesisVote.objects.filter(draw__cell__synthesis=run.synthesis).count(),
+        )
+
+    seen = [rows()]
+
+    def unchanged() -> bool:
+        time.sleep(quiet_s)
+        seen.append(rows())
+        return seen[-1] == seen[-2]
+
+    return wait_for(unchanged, timeout=20, interval=0)
+
+
 def wait_finished(run: SynthesisRun, timeout: float = 120) -> Job:
     assert wait_for(lambda: Job.objects.get(pk=run.job_id).status not in Job.ACTIVE, timeout)
     return Job.objects.get(pk=run.job_id)
@@ -300,9 +333,18 @@ def test_a_run_killed_halfway_finishes_once_with_the_funnel_the_script_implies(
     # waiting, with no answer it was sent left unstored.
     fake_judge.hold()
     assert wait_for(lambda: fake_judge.in_flight == 0 and fake_judge.held > 0, 20)
-    time.sleep(1.0)
+    assert wait_for(lambda: JudgeCall.objects.count() == fake_judge.call_count, 20)
+    assert settled(run)
     owner = Job.objects.get(pk=run.job_id).owner
     celery_workers.kill(first)
+    # The one answer a cell does not store is an unusable steering answer whose re-ask was
+    # held at the kill: only such answers may come from the judge cache on the resume;
+    # everything else was stored and is not asked again at all, not even of the cache.
+    unusable = sum(a.stage == "steer" and a.task == BAD_STEERING for a in script.answered)
+    halfway = (
+        unusable
+        - 2 * SynthesisCell.objects.filter(synthesis=run.synthesis).exclude(error="").count()
+    )
     ended, asked = draws.exclude(outcome=DrawOutcome.PENDING).count(), fake_judge.call_count
     assert ended < sum(map(len, implied.values())), "the kill came too late"
     fake_judge.release()
@@ -311,6 +353,8 @@ def test_a_run_killed_halfway_finishes_once_with_the_funnel_the_script_implies(
     assert job.status == JobStatus.SUCCEEDED, job.error
     assert job.owner != owner and job.done == job.total == 32
     assert fake_judge.call_count > asked  # the second worker did the rest
+    run.refresh_from_db()
+    assert run.usage["cache_hits"] == halfway
 
     # What the server was asked: each cell's steering once (the unusable one re-asked once),
     # each (cell, retry) its two rollouts once, each vote once: nothing twice across the kill.
