@@ -1,6 +1,8 @@
 """The engine's CellStore on the labeling rows: steering on SynthesisCell, one SynthesisDraw per
 (cell, retry) whose two rollouts are Responses of the cell's task, SynthesisVote per judge, and
-a synthetic Preference for the higher response of each draw (its constructed label).
+a synthetic Preference for the higher response of each draw (its constructed label). Each draw
+also keeps its calls and tokens per stage (SynthesisDraw.usage: "rollout" and "filter", and on
+retry 0 the cell's "steer"), which the funnel's stage table adds up.
 
 The engine calls the store from its event loop, where the ORM may not run: reads are answered
 from what the pass loaded at its start (and kept up to date by its own writes, as one worker
@@ -19,9 +21,9 @@ from typing import Any
 from django.db import transaction
 
 from graders.engine.synthesis.plan import CellPlan
-from graders.engine.synthesis.types import Rollout, Steering, Vote
+from graders.engine.synthesis.types import Rollout, Spent, Steering, Vote
 from graders.judge_cache import DatabaseJudgeCache
-from graders.models import SynthesisRun
+from graders.models import RolloutMode, SynthesisRun
 from labeling.models import (
     Annotator,
     Choice,
@@ -74,6 +76,8 @@ class RowCellStore:
         self._rollouts: dict[tuple[str, int, str], Rollout] = {}
         self._votes: dict[tuple[str, int, int], Vote] = {}
         self._drawing: dict[str, int] = {}
+        # A harness's rollouts (webhook or imported) report no tokens: unknown, not zero.
+        self._rollout_tokens_known = run.mode in (RolloutMode.SINGLE, RolloutMode.CONVERSATION)
         # Cells a HarnessRoller stopped at a rollout their harness has not sent yet.
         self.waiting: set[str] = set()
         self._load()
@@ -154,12 +158,18 @@ class RowCellStore:
 
     # The database thread's side: also called directly by an import of harness rollouts.
 
+    @transaction.atomic
     def steering_save(self, key: str, steering: Steering) -> None:
+        """The cell's steering, and its first draw (pending until its rollouts come) holding
+        what the steering took, so the stage is counted even if the run stops right here."""
         row = self.cells[key]
         if row.steering:  # written once; a retry keeps the cell's first steering
             return
         row.steering = steering.as_dict()
         SynthesisCell.objects.filter(pk=row.pk).update(steering=row.steering)
+        draw = self._draw(key, 0)
+        _stage_add(draw, "steer", steering.calls, _tokens(steering))
+        draw.save(update_fields=["usage"])
 
     def _draw(self, key: str, retry: int) -> SynthesisDraw:
         draw = self.draws.get((key, retry))
@@ -196,7 +206,9 @@ class RowCellStore:
         )
         setattr(draw, field, response)
         draw.cost += rollout.cost
-        draw.save(update_fields=[field, "cost"])
+        tokens = _tokens(rollout) if self._rollout_tokens_known else None
+        _stage_add(draw, "rollout", rollout.calls, tokens)
+        draw.save(update_fields=[field, "cost", "usage"])
         self._rollouts[(key, retry, level)] = rollout
         if draw.low_response_id is not None and draw.high_response_id is not None:
             self._label_put(cell, draw)
@@ -214,9 +226,10 @@ class RowCellStore:
                 "answers": list(vote.answers),
             },
         )
-        if created and vote.cost:
+        if created:
             draw.cost += vote.cost
-            draw.save(update_fields=["cost"])
+            _stage_add(draw, "filter", vote.calls, _tokens(vote))
+            draw.save(update_fields=["cost", "usage"])
         self._votes[(key, retry, vote.position)] = vote
 
     @transaction.atomic
@@ -262,6 +275,21 @@ class RowCellStore:
             if draw.outcome == DrawOutcome.PENDING:
                 draw.outcome, draw.error = DrawOutcome.FAILED, row.error
                 draw.save(update_fields=["outcome", "error"])
+
+
+def _tokens(spent: Spent | Rollout) -> int:
+    return spent.tokens_in + spent.tokens_out
+
+
+def _stage_add(draw: SynthesisDraw, stage: str, calls: int, tokens: int | None) -> None:
+    """Add a stage's calls and tokens to the draw's usage, as an import stores it (FORMATS.md
+    synthesis_draw "usage"): tokens are left out, unknown, once any part of the stage did not
+    report them."""
+    held = (draw.usage or {}).get(stage, {"calls": 0, "tokens": 0})
+    usage = {"calls": held["calls"] + calls}
+    if tokens is not None and held.get("tokens") is not None:
+        usage["tokens"] = held["tokens"] + tokens
+    draw.usage = {**(draw.usage or {}), stage: usage}
 
 
 def _rollout(response: Response) -> Rollout:

@@ -14,7 +14,10 @@ Tests script it:
   the same for the same request, so a benchmark can work out its own bound);
 - `script(*faults)`: the next requests fail in the given ways, one fault per request, in order;
 - `responder`: a function from the parsed request body to the assistant's content string, so a
-  score can depend on what the prompt contains.
+  score can depend on what the prompt contains;
+- `hold()` / `release()`: requests arriving meanwhile wait unread (not counted, recorded or
+  answered) until the release; one whose client goes away meanwhile (a killed worker) is dropped
+  unseen, so a test can kill a client with nothing it asked half-answered (`held` counts them).
 
 It records every request it receives (`requests`, `any_prompt_contains`) and the largest number
 it was serving at once (`max_in_flight`).
@@ -188,6 +191,8 @@ class FakeJudgeServer:
         self.base_url = ""
         self.host_port = ""
         self._in_flight = 0
+        self._held = 0
+        self._open: asyncio.Event | None = None
         self._faults: deque[Fault] = deque()
         self._ids = itertools.count(1)
         # Tests read and script from their own thread while the server thread serves.
@@ -222,6 +227,29 @@ class FakeJudgeServer:
         with self._lock:
             return self._in_flight
 
+    @property
+    def held(self) -> int:
+        """Requests waiting unread for release()."""
+        with self._lock:
+            return self._held
+
+    def hold(self) -> None:
+        """From now on, keep each arriving request unread until release()."""
+        self._on_loop(lambda: self._gate().clear())
+
+    def release(self) -> None:
+        self._on_loop(lambda: self._gate().set())
+
+    def _gate(self) -> asyncio.Event:
+        assert self._open is not None, "start the server first"
+        return self._open
+
+    def _on_loop(self, function: Callable[[], None]) -> None:
+        async def run() -> None:
+            function()
+
+        asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout=10)
+
     def script(self, *faults: Fault) -> None:
         """Make the next len(faults) requests fail, in this order."""
         with self._lock:
@@ -248,6 +276,8 @@ class FakeJudgeServer:
         self._loop.close()
 
     async def _listen(self) -> None:
+        self._open = asyncio.Event()
+        self._open.set()
         self._server = await self._loop.create_server(lambda: _Connection(self), "127.0.0.1", 0)
         host, port = self._server.sockets[0].getsockname()[:2]
         self.host_port = f"{host}:{port}"
@@ -261,6 +291,15 @@ class FakeJudgeServer:
         await self._server.wait_closed()
 
     async def _reply(self, path: str, headers: dict[str, str], raw_body: bytes) -> _Reply:
+        gate = self._gate()
+        if not gate.is_set():
+            with self._lock:
+                self._held += 1
+            try:
+                await gate.wait()
+            finally:
+                with self._lock:
+                    self._held -= 1
         if path not in CHAT_PATHS:
             return _error_reply(
                 404, {"message": f"no route {path}", "type": "invalid_request_error"}

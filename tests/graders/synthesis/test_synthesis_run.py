@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from graders.models import JudgeEndpoint, SynthesisRun
 from graders.synthesis.execute import synthesis_run_execute
+from graders.synthesis.funnel_selectors import synthesis_funnel_json
 from graders.synthesis.runs import SynthesisInvalid, synthesis_resume, synthesis_start
 from labeling.models import (
     DrawOutcome,
@@ -126,6 +127,29 @@ def test_draw_costs_add_up_to_what_the_run_spent(
     for draw in draws:
         rollouts = [r.metadata["rollout"]["cost"] for r in (draw.low_response, draw.high_response)]
         assert 0 < sum(rollouts) < draw.cost
+
+
+def test_each_draw_keeps_its_calls_and_tokens_per_stage(
+    project: Project, fake_judge: FakeJudgeServer, scripted: Script
+) -> None:
+    """The funnel's stage table of a generated run: what the server answered per stage, the
+    steering on each cell's first draw (a failed cell, t3, has none to carry it)."""
+    run = _start(project)
+    synthesis_run_execute(run_id=run.pk)
+    draws = SynthesisDraw.objects.filter(cell__synthesis=run.synthesis)
+    assert [d.usage["steer"]["calls"] for d in draws if "steer" in d.usage] == [1] * (
+        CELLS - FAILED
+    )
+    assert all(d.retry == 0 for d in draws if "steer" in d.usage)
+    spent = scripted.stages(without={"t3"})
+    assert {stage: calls for stage, (calls, _) in spent.items()} == {
+        "steer": CELLS - FAILED, "rollout": ROLLOUT_CALLS, "filter": FILTER_CALLS,
+    }  # fmt: skip
+    assert synthesis_funnel_json(synthesis=run.synthesis)["stages"] == [
+        {"stage": stage, "calls": calls, "tokens": tokens, "calls_per_kept": calls / KEPT,
+         "tokens_per_kept": tokens / KEPT}
+        for stage, (calls, tokens) in sorted(spent.items())
+    ]  # fmt: skip
 
 
 def test_a_second_delivery_repeats_nothing(

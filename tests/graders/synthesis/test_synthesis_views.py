@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db.models import Q
 from django.test import Client
 from django.urls import reverse
 
@@ -161,7 +162,12 @@ def test_harness_jobs_export_and_trajectories_import(
     synthesis_run_execute(run_id=run.pk)  # steering only: every cell waits for its harness
     run.refresh_from_db()
     assert run.job.status == JobStatus.SUCCEEDED and "Waiting for the harness" in run.job.stage
-    assert not SynthesisDraw.objects.exists()
+    # Each cell's first draw is under way: pending, no rollout yet, its steering call counted.
+    first = SynthesisDraw.objects.all()
+    assert [(d.retry, d.outcome, d.usage["steer"]["calls"]) for d in first] == [
+        (0, "pending", 1)
+    ] * 6
+    assert not _rolled()
     client = _client(admin_user)
     export = client.get(reverse("synthesis-harness-jobs", args=["acme", run.pk]))
     jobs = [json.loads(line) for line in b"".join(export.streaming_content).splitlines()]
@@ -181,7 +187,7 @@ def test_harness_jobs_export_and_trajectories_import(
     html = rejected.content.decode()
     assert rejected.status_code == 400 and "nothing was imported" in html
     assert "no open job for cell" in html and "give exactly one of" in html
-    assert not SynthesisDraw.objects.exists()
+    assert not _rolled()
     assert client.post(upload, {"file": _jsonl([answer(j) for j in jobs])}).status_code == 302
     run.refresh_from_db()
     assert run.job.status == JobStatus.QUEUED
@@ -206,6 +212,13 @@ def test_harness_jobs_export_and_trajectories_import(
     assert SynthesisDraw.objects.filter(outcome="kept").count() == 6
     export = client.get(reverse("synthesis-harness-jobs", args=["acme", run.pk]))
     assert b"".join(export.streaming_content) == b""
+
+
+def _rolled() -> bool:
+    """Whether any draw holds a rollout."""
+    return SynthesisDraw.objects.filter(
+        Q(low_response__isnull=False) | Q(high_response__isnull=False)
+    ).exists()
 
 
 def _jsonl(records: list[dict[str, Any]]) -> SimpleUploadedFile:

@@ -4,10 +4,6 @@ much or too late fails its cell with a clear reason while the other cells go on.
 
 import asyncio
 import json
-import threading
-import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -21,71 +17,17 @@ from graders.synthesis.runs import synthesis_start
 from graders.synthesis.webhook import WebhookRoller, trajectory_from
 from labeling.models import DrawOutcome, Project, SynthesisCell, SynthesisDraw
 from tests.fakes.openai_server import FakeJudgeServer
+from tests.graders.synthesis.hook import Hook
 from tests.graders.synthesis.scripted import Script, start_arguments, synthesis_project
 
 FAILING = "airline.clarity.t2"
-
-
-class Hook:
-    """A rollout webhook on loopback: answers each job with a trajectory that follows its
-    level; FAILING's low-level job always gets a 500; `mode` scripts other answers."""
-
-    def __init__(self) -> None:
-        self.bodies: list[dict[str, Any]] = []
-        self.headers: list[dict[str, str]] = []
-        self.mode = "normal"
-        hook = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                hook.bodies.append(body)
-                hook.headers.append({k.lower(): v for k, v in self.headers.items()})
-                status, payload = hook.answer(body)
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.host_port = f"127.0.0.1:{self.server.server_address[1]}"
-        self.url = f"http://{self.host_port}/rollout"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def answer(self, body: dict[str, Any]) -> tuple[int, bytes]:
-        if self.mode == "huge":
-            return 200, json.dumps({"content": "x" * 5000}).encode()
-        if self.mode == "slow":
-            time.sleep(1.0)
-        if body["cell"] == FAILING:
-            return 500, b'{"error": "the harness crashed: SECRET-INTERNAL-DETAIL"}'
-        quality = ["bad", "ok", "good"].index(body["level"])
-        messages = [
-            {"role": "user", "content": body["task"]["prompt"]},
-            {
-                "role": "assistant",
-                "content": f"quality={quality} task={body['task']['id']} via hook",
-            },
-        ]
-        return 200, json.dumps({"messages": messages, "cost": 0.5}).encode()
-
-
-@pytest.fixture
-def hook(settings: Any) -> Iterator[Hook]:
-    server = Hook()
-    settings.JUDGE_PRIVATE_HOSTS = [*settings.JUDGE_PRIVATE_HOSTS, server.host_port]
-    yield server
-    server.server.shutdown()
 
 
 def test_webhook_rollouts_store_trajectories_and_fail_one_job_clearly(
     project: Project, fake_judge: FakeJudgeServer, hook: Hook
 ) -> None:
     fake_judge.responder = Script()
+    hook.fails = lambda body: body["cell"] == FAILING
     synthesis_project(project, fake_judge, ("t1", "t2", "t3"))
     run = synthesis_start(**start_arguments(project, mode="webhook", webhook_url=hook.url))
     assert synthesis_run_execute(run_id=run.pk)["status"] == "succeeded"
@@ -103,6 +45,8 @@ def test_webhook_rollouts_store_trajectories_and_fail_one_job_clearly(
     response = kept.first().high_response  # type: ignore[union-attr]
     assert response.messages[-1]["content"].endswith("via hook") and response.content == ""
     assert all(d.cost == pytest.approx(1.0) for d in kept)  # two rollouts at $0.5
+    # A harness reports no tokens: the rollout stage counts its calls, its tokens unknown.
+    assert all(d.usage["rollout"] == {"calls": 2} and d.usage["filter"]["tokens"] > 0 for d in kept)
     # What the webhook was sent: the job and the task, no key, no endpoint URL.
     body = hook.bodies[0]
     assert set(body) == {"synthesis", "cell", "task", "level", "attempt", "agent",

@@ -22,10 +22,16 @@ QUALITY = {"STEER-BAD": 0, "STEER-OK": 1, "STEER-GOOD": 2}
 _FENCED = re.compile(r"<<<DATA-(\w+)>>>\n(.*?)\n<<<END-DATA-\1>>>", re.DOTALL)
 
 
+def fenced(request: ChatRequest) -> list[str]:
+    """The fenced data blocks of a request's last message, in order (a filter or steering
+    request's first one is the dimension's name)."""
+    return [text for _, text in _FENCED.findall(request.messages[-1]["content"])]
+
+
 def slots(request: ChatRequest) -> tuple[str, str]:
     """The texts a filter request shows as response A and response B."""
-    fenced = [text for _, text in _FENCED.findall(request.messages[-1]["content"])]
-    return fenced[-2], fenced[-1]
+    blocks = fenced(request)
+    return blocks[-2], blocks[-1]
 
 
 def quality(text: str) -> int:
