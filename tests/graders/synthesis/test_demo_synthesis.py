@@ -156,6 +156,9 @@ def test_the_list_funnel_and_validation_pages_show_it_with_the_label(settings: A
     funnel_link = f"{reverse('synthesis-funnel', args=['demo'])}?synthesis={DEMO_SYNTHESIS_ID}"
     assert funnel_link in listing
     assert reverse("synthesis-validation", args=["demo", synthesis.pk]) in listing
+    row = listing.split('id="syntheses"')[1].split("</table>")[0]
+    assert f'<td class="num">{CELLS}</td><td class="num">{DRAWS}</td>' in row
+    assert f'<td class="num">{KEPT}</td>' in row and " · imported" in row
     assert f"{CELLS} cells, {DRAWS} draws, {KEPT} kept." in funnel
     # The nav reaches the list page from any project page.
     overview = client.get(reverse("project-overview", args=["demo"])).content.decode()
