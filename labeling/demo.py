@@ -12,12 +12,18 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from labeling.imports import jsonl_import
-from labeling.models import Membership, Project, Role
+from labeling.models import Membership, Project, Role, Synthesis
 from labeling.queue import queue_build
 from labeling.strategies import CoverageFirst
 
 DEMO_FILE = Path(__file__).resolve().parent / "demo_data" / "demo.jsonl"
 DEMO_SLUG = "demo"
+# A synthesis generated once with the bundled 135M judge as agent, steering writer and both
+# filter judges (README, "The demo synthesis"): it shows the synthesis pages working, nothing
+# about the quality of any judge. The pages read its label from this id (demo_synthesis_note).
+DEMO_SYNTHESIS_FILE = DEMO_FILE.parent / "demo_synthesis.jsonl"
+DEMO_SYNTHESIS_ID = "demo-airline-mechanics-only"
+DEMO_SYNTHESIS_NOTE = "Demo synthesis: mechanics only (a 135M judge; not a quality result)"
 DEMO_PASSWORD = "workbench-demo"
 DEMO_USERS = (("admin", Role.ADMIN), ("expert", Role.EXPERT), ("reviewer", Role.REVIEWER))
 DEMO_GUIDELINES = (
@@ -64,3 +70,18 @@ def demo_load() -> tuple[Project, bool]:
     jsonl_import(project=project, path=DEMO_FILE)
     queue_build(project=project, strategy=CoverageFirst(), dimensions=[None], pairs_per_task=6)
     return project, True
+
+
+def demo_synthesis_load(*, project: Project) -> bool:
+    """Import the demo synthesis (its rollouts, cells, draws and votes) into the demo project
+    unless it holds it already; True when it was imported."""
+    if Synthesis.objects.filter(project=project, external_id=DEMO_SYNTHESIS_ID).exists():
+        return False
+    jsonl_import(project=project, path=DEMO_SYNTHESIS_FILE)
+    return True
+
+
+def demo_synthesis_note(synthesis: Synthesis) -> str:
+    """The label every page and report shows with the demo synthesis; "" for any other."""
+    is_demo = synthesis.external_id == DEMO_SYNTHESIS_ID and synthesis.project.slug == DEMO_SLUG
+    return DEMO_SYNTHESIS_NOTE if is_demo else ""

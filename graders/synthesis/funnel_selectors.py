@@ -11,6 +11,7 @@ from graders.engine.synthesis.funnel import (
     Vote,
     funnel_compute,
 )
+from labeling.demo import demo_synthesis_note
 from labeling.models import Project, Synthesis, SynthesisCell
 
 
@@ -91,9 +92,11 @@ def synthesis_funnel(*, synthesis: Synthesis) -> Funnel:
 
 
 def synthesis_funnel_json(*, synthesis: Synthesis) -> dict[str, object]:
-    """The `synthesis_funnel --json` document: FORMATS.md's keys, plus which synthesis."""
+    """The `synthesis_funnel --json` document: FORMATS.md's keys, plus which synthesis and its
+    note (the demo synthesis's "mechanics only" label; null for any other)."""
     return {
         "synthesis": synthesis.external_id,
+        "note": demo_synthesis_note(synthesis) or None,
         "judges": list(synthesis.judges),
         "retries": synthesis.retries,
         **synthesis_funnel(synthesis=synthesis).as_json(),

@@ -10,6 +10,7 @@ from graders.charts import stacked_bars_svg
 from graders.engine.synthesis.funnel import Funnel
 from graders.synthesis.funnel_selectors import syntheses_list, synthesis_funnel
 from labeling.access import Perm, project_access
+from labeling.demo import demo_synthesis_note
 
 AXIS_TITLES = {
     "dimension": "By dimension",
@@ -55,6 +56,7 @@ def synthesis_funnel_page(request: HttpRequest, slug: str) -> HttpResponse:
         funnel = synthesis_funnel(synthesis=synthesis)
         context |= {
             "synthesis": synthesis,
+            "note": demo_synthesis_note(synthesis),
             "funnel": funnel,
             "chart": funnel_chart(funnel, list(synthesis.judges)),
             "retry_rows": [

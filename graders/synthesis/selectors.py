@@ -5,12 +5,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Count, Prefetch, Q
+from django.db.models import Count, F, Prefetch, Q
 
 from graders.models import SynthesisRun
-from labeling.models import DrawOutcome, SynthesisCell, SynthesisDraw
+from labeling.demo import demo_synthesis_note
+from labeling.models import DrawOutcome, Synthesis, SynthesisCell, SynthesisDraw
 
 CELLS_PAGE = 50
+SYNTHESES_PAGE = 20
 
 
 @dataclass(frozen=True)
@@ -74,3 +76,31 @@ def runs_list(*, project: Any, page: Any) -> Page[Any]:
         .order_by("-created_at", "-pk")
     )
     return Paginator(runs, 20).get_page(page)
+
+
+@dataclass(frozen=True)
+class SynthesisRow:
+    synthesis: Synthesis
+    run_id: int | None  # None for an imported synthesis
+    note: str
+
+
+def syntheses_page(*, project: Any, page: Any) -> tuple[Page[Any], list[SynthesisRow]]:
+    """One page of the project's syntheses, generated here or imported, newest first, with
+    their cell, draw and kept counts, so each reaches its funnel and validation pages."""
+    syntheses = (
+        Synthesis.objects.filter(project=project)
+        .select_related("project")
+        .annotate(
+            run_pk=F("run__pk"),
+            cell_count=Count("cells", distinct=True),
+            draw_count=Count("cells__draws", distinct=True),
+            kept_count=Count(
+                "cells__draws", filter=Q(cells__draws__outcome=DrawOutcome.KEPT), distinct=True
+            ),
+        )
+        .order_by("-created_at", "-pk")
+    )
+    paged = Paginator(syntheses, SYNTHESES_PAGE).get_page(page)
+    rows = [SynthesisRow(s, s.run_pk, demo_synthesis_note(s)) for s in paged.object_list]
+    return paged, rows

@@ -13,6 +13,7 @@ from graders.synthesis.validation_forms import ValidationSampleForm
 from graders.synthesis.validation_selectors import synthesis_validation_view
 from graders.synthesis.validation_services import SampleRefused, synthesis_validation_sample
 from labeling.access import Perm, ProjectAccess, project_access
+from labeling.demo import demo_synthesis_note
 from labeling.models import Synthesis
 
 
@@ -29,6 +30,7 @@ def _render(
         "access": access,
         "project": access.project,
         "synthesis": synthesis,
+        "note": demo_synthesis_note(synthesis),
         "form": form,
         "chart": depth_accuracy_svg(view["depths"]) if judged else "",
         **view,

@@ -23,7 +23,7 @@ from graders.synthesis.runs import (
     synthesis_resume,
     synthesis_start,
 )
-from graders.synthesis.selectors import cells_page, runs_list
+from graders.synthesis.selectors import cells_page, runs_list, syntheses_page
 from labeling.access import Perm, ProjectAccess, project_access
 from labeling.imports import ImportRejected
 from labeling.models import Job
@@ -48,12 +48,17 @@ def synthesis_runs_page(request: HttpRequest, slug: str) -> HttpResponse:
                 form.add_error(None, str(exc))
             else:
                 return redirect("synthesis-run", slug=slug, run_id=run.pk)
+    syntheses, synthesis_rows = syntheses_page(
+        project=access.project, page=request.GET.get("syntheses_page")
+    )
     context = {
         "access": access,
         "project": access.project,
         "can_manage": access.can(Perm.MANAGE),
         "has_endpoints": JudgeEndpoint.objects.filter(project=access.project).exists(),
         "runs": runs_list(project=access.project, page=request.GET.get("page")),
+        "syntheses": syntheses,
+        "synthesis_rows": synthesis_rows,
         "form": form,
     }
     status = 400 if form.errors else 200

@@ -11,6 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
+from graders.engine.jsonout import extract_json_object, validate
+from graders.engine.synthesis.prompts import STEER_SCHEMA, steer_request
+from graders.engine.synthesis.types import DimensionSpec, SynthesisTask
 from graders.local_judge import (
     LOCAL_JUDGE_CONTEXT_TOKENS,
     LOCAL_JUDGE_MODEL,
@@ -19,6 +22,7 @@ from graders.local_judge import (
     local_judge_start,
     local_judge_wait_ready,
 )
+from labeling.demo import DEMO_FILE
 
 ALLOWED_SCORES = [0, 0.25, 0.5, 0.75, 1]
 # llama.cpp does not enforce minimum/maximum on numbers, so the allowed range is an enum.
@@ -119,6 +123,41 @@ def test_a_request_may_hold_a_demo_trajectory_pair(local_judge: str) -> None:
     props = httpx.get(f"{local_judge}/props", timeout=10).json()
 
     assert props["default_generation_settings"]["n_ctx"] == LOCAL_JUDGE_CONTEXT_TOKENS >= 4096
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_the_steering_writer_answer_closes_every_field(local_judge: str, seed: int) -> None:
+    # Without the server's anti-repetition samplers (DRY, repeat penalty) the model repeated one
+    # clause inside "reasoning" until max_tokens (768 tokens, no closing brace), as it did for
+    # the demo synthesis's steering calls: measured on seed 4 here, on 3 and 4 in a server that
+    # had answered other requests first. With them both stop.
+    # Whether its three instructions are usable (non-empty, distinct) is steer_parse's call in
+    # a real run.
+    recs = [json.loads(line) for line in DEMO_FILE.read_text(encoding="utf-8").splitlines()]
+    dim = next(r for r in recs if r["type"] == "dimension" and r["name"] == "helpfulness")
+    task = next(r for r in recs if r["type"] == "task" and r["id"] == "air-01")
+    request = steer_request(
+        dimension=DimensionSpec(dim["name"], dim["description"]),
+        task=SynthesisTask(task["id"], task["domain"], task["prompt"], task["instructions"]),
+    )
+    payload = {
+        "model": LOCAL_JUDGE_MODEL,
+        "messages": list(request.messages),
+        "temperature": 0.3,
+        "seed": seed,
+        "max_tokens": 768,
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "steer", "schema": STEER_SCHEMA, "strict": True},
+        },
+    }
+    response = httpx.post(f"{local_judge}/v1/chat/completions", json=payload, timeout=300)
+    choice = response.json()["choices"][0]
+
+    assert choice["finish_reason"] == "stop"
+    answer = extract_json_object(choice["message"]["content"])
+    assert answer is not None
+    assert validate(answer, STEER_SCHEMA).keys() == {"reasoning", "bad", "ok", "good"}
 
 
 @pytest.mark.django_db

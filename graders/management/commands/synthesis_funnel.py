@@ -48,6 +48,8 @@ class Command(BaseCommand):
             self.stdout.write("\t".join(_cell(row.get(c)) for c in columns))
 
     def _table(self, report: dict[str, Any]) -> None:
+        if report["note"]:
+            self.stdout.write(report["note"])
         self.stdout.write(
             f"Synthesis {report['synthesis']}: {report['cells']} cells, {report['draws']} "
             f"draws, {report['kept']} kept; cost per kept pair {_cell(report['cost_per_kept'])}"

@@ -1,5 +1,6 @@
 """``manage.py load_demo [--judge-url URL]``: the demo project, users, baseline graders, the
-generated rubrics of its rubric review and the local demo judge endpoint, created once."""
+generated rubrics of its rubric review and the local demo judge endpoint, created once; and the
+demo synthesis (mechanics only), imported when the project does not hold it."""
 
 from typing import Any
 
@@ -7,7 +8,14 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from graders.services import baselines_ensure, endpoint_settings, local_demo_endpoint_ensure
-from labeling.demo import DEMO_PASSWORD, DEMO_USERS, DemoRefused, demo_load
+from labeling.demo import (
+    DEMO_PASSWORD,
+    DEMO_SYNTHESIS_NOTE,
+    DEMO_USERS,
+    DemoRefused,
+    demo_load,
+    demo_synthesis_load,
+)
 from reviews.demo import demo_rubrics_load
 
 
@@ -32,6 +40,7 @@ class Command(BaseCommand):
         baselines_ensure(project=project)
         if created:
             demo_rubrics_load(project=project)
+        synthesis_added = demo_synthesis_load(project=project)
         endpoint = local_demo_endpoint_ensure(project=project, base_url=options["judge_url"])
         try:
             endpoint_settings(endpoint)
@@ -43,5 +52,7 @@ class Command(BaseCommand):
         self.stdout.write(
             f"Demo project {project.slug!r} {'created' if created else 'already present'}."
         )
+        if synthesis_added:
+            self.stdout.write(f"{DEMO_SYNTHESIS_NOTE}: imported.")
         for username, role in DEMO_USERS:
             self.stdout.write(f"  {role:<9} login: {username} / {DEMO_PASSWORD}")

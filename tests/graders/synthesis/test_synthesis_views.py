@@ -48,6 +48,7 @@ def test_list_shows_an_empty_state_and_admins_start_a_run(ready: Project, admin_
     client = _client(admin_user)
     page = client.get(reverse("synthesis-runs", args=["acme"])).content.decode()
     assert "No synthesis runs yet" in page and "Start run" in page
+    assert "No synthesis yet" in page
     response = client.post(reverse("synthesis-runs", args=["acme"]), _form(ready))
     run = SynthesisRun.objects.get()
     assert response.status_code == 302 and response["Location"].endswith(f"/synthesis/{run.pk}/")
@@ -56,6 +57,12 @@ def test_list_shows_an_empty_state_and_admins_start_a_run(ready: Project, admin_
     assert run.created_by == admin_user and run.job.created_by == admin_user
     page = client.get(reverse("synthesis-runs", args=["acme"])).content.decode()
     assert f"#{run.pk}" in page and "No synthesis runs yet" not in page
+    # The syntheses table: 6 cells, no draw yet, linked to its run, funnel and validation.
+    row = page.split('id="syntheses"')[1].split("</table>")[0]
+    assert '<td class="num">6</td><td class="num">0</td><td class="num">0</td>' in row
+    assert f'href="{reverse("synthesis-run", args=["acme", run.pk])}"' in row
+    assert reverse("synthesis-validation", args=["acme", run.synthesis.pk]) in row
+    assert "imported" not in row
 
 
 @pytest.mark.parametrize(
