@@ -19,7 +19,7 @@ from typing import Any
 from django.db import transaction
 
 from graders.engine.synthesis.plan import CellPlan
-from graders.engine.synthesis.types import Rollout, Steering, Vote
+from graders.engine.synthesis.types import Rollout, Spent, Steering, Vote
 from graders.judge_cache import DatabaseJudgeCache
 from graders.models import SynthesisRun
 from labeling.models import (
@@ -73,9 +73,6 @@ class RowCellStore:
         self.draws: dict[tuple[str, int], SynthesisDraw] = {}
         self._rollouts: dict[tuple[str, int, str], Rollout] = {}
         self._votes: dict[tuple[str, int, int], Vote] = {}
-        self._drawing: dict[str, int] = {}
-        # Cells a HarnessRoller stopped at a rollout their harness has not sent yet.
-        self.waiting: set[str] = set()
         self._load()
 
     def _load(self) -> None:
@@ -109,8 +106,6 @@ class RowCellStore:
         return Steering(**stored) if stored else None
 
     def rollout(self, cell: CellPlan, retry: int, level: str) -> Rollout | None:
-        # The engine reads a draw's rollouts as it starts it: the cell's draw in progress.
-        self._drawing[cell.key] = max(retry, self._drawing.get(cell.key, retry))
         return self._rollouts.get((cell.key, retry, level))
 
     def vote(self, cell: CellPlan, retry: int, position: int) -> Vote | None:
@@ -130,9 +125,7 @@ class RowCellStore:
         self._bridge.call(self._guarded, function, key, *args)
 
     def _guarded(self, function: Callable[..., None], key: str, *args: Any) -> None:
-        # A cell waiting for its harness stopped on purpose: what the engine makes of that
-        # (a failed draw) is not an outcome.
-        if self._stopped() or key in self.waiting:
+        if self._stopped():
             return
         function(key, *args)
         self._changed()
@@ -149,17 +142,22 @@ class RowCellStore:
     def draw_end(self, cell: CellPlan, retry: int, kept: bool) -> None:
         self._write(self._draw_end_save, cell.key, retry, kept)
 
-    def cell_fail(self, cell: CellPlan, reason: str) -> None:
-        self._write(self._cell_fail_save, cell.key, reason)
+    def cell_fail(self, cell: CellPlan, retry: int | None, reason: str) -> None:
+        self._write(self._cell_fail_save, cell.key, retry, reason)
 
     # The database thread's side: also called directly by an import of harness rollouts.
 
+    @transaction.atomic
     def steering_save(self, key: str, steering: Steering) -> None:
         row = self.cells[key]
         if row.steering:  # written once; a retry keeps the cell's first steering
             return
         row.steering = steering.as_dict()
         SynthesisCell.objects.filter(pk=row.pk).update(steering=row.steering)
+        # The writer's calls count on the first draw (FORMATS.md), which starts now.
+        draw = self._draw(key, 0)
+        _usage_add(draw, "steer", steering)
+        draw.save(update_fields=["usage"])
 
     def _draw(self, key: str, retry: int) -> SynthesisDraw:
         draw = self.draws.get((key, retry))
@@ -196,7 +194,8 @@ class RowCellStore:
         )
         setattr(draw, field, response)
         draw.cost += rollout.cost
-        draw.save(update_fields=[field, "cost"])
+        _usage_add(draw, "rollout", rollout)
+        draw.save(update_fields=[field, "cost", "usage"])
         self._rollouts[(key, retry, level)] = rollout
         if draw.low_response_id is not None and draw.high_response_id is not None:
             self._label_put(cell, draw)
@@ -214,9 +213,10 @@ class RowCellStore:
                 "answers": list(vote.answers),
             },
         )
-        if created and vote.cost:
+        if created:
             draw.cost += vote.cost
-            draw.save(update_fields=["cost"])
+            _usage_add(draw, "filter", vote)
+            draw.save(update_fields=["cost", "usage"])
         self._votes[(key, retry, vote.position)] = vote
 
     @transaction.atomic
@@ -250,18 +250,28 @@ class RowCellStore:
             )
 
     @transaction.atomic
-    def _cell_fail_save(self, key: str, reason: str) -> None:
+    def _cell_fail_save(self, key: str, retry: int | None, reason: str) -> None:
         row = self.cells[key]
         row.error = reason[:2000]
         SynthesisCell.objects.filter(pk=row.pk).update(error=row.error)
         # The draw it failed in (a rollout or a judge call), if any, ends failed with the
         # reason, a row even when neither rollout came back.
-        retry = self._drawing.get(key)
         if retry is not None:
             draw = self._draw(key, retry)
             if draw.outcome == DrawOutcome.PENDING:
                 draw.outcome, draw.error = DrawOutcome.FAILED, row.error
                 draw.save(update_fields=["outcome", "error"])
+
+
+def _usage_add(draw: SynthesisDraw, stage: str, spent: Rollout | Spent) -> None:
+    """Add what a value cost to its draw's calls and tokens of `stage` (steer, rollout or
+    filter: the funnel's stages table). A value that made no call (a harness's rollout) adds
+    nothing, so an imported trajectory leaves the stage out rather than claiming 0 calls."""
+    if not spent.calls:
+        return
+    held = draw.usage.setdefault(stage, {"calls": 0, "tokens": 0})
+    held["calls"] += spent.calls
+    held["tokens"] += spent.tokens_in + spent.tokens_out
 
 
 def _rollout(response: Response) -> Rollout:

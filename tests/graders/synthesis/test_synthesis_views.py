@@ -161,7 +161,8 @@ def test_harness_jobs_export_and_trajectories_import(
     synthesis_run_execute(run_id=run.pk)  # steering only: every cell waits for its harness
     run.refresh_from_db()
     assert run.job.status == JobStatus.SUCCEEDED and "Waiting for the harness" in run.job.stage
-    assert not SynthesisDraw.objects.exists()
+    # Each cell's first draw is open with its steering call and no rollout, none failed.
+    assert _open_draws() == [(0, "pending", "", None, None, ["steer"])] * 6
     client = _client(admin_user)
     export = client.get(reverse("synthesis-harness-jobs", args=["acme", run.pk]))
     jobs = [json.loads(line) for line in b"".join(export.streaming_content).splitlines()]
@@ -181,7 +182,7 @@ def test_harness_jobs_export_and_trajectories_import(
     html = rejected.content.decode()
     assert rejected.status_code == 400 and "nothing was imported" in html
     assert "no open job for cell" in html and "give exactly one of" in html
-    assert not SynthesisDraw.objects.exists()
+    assert _open_draws() == [(0, "pending", "", None, None, ["steer"])] * 6
     assert client.post(upload, {"file": _jsonl([answer(j) for j in jobs])}).status_code == 302
     run.refresh_from_db()
     assert run.job.status == JobStatus.QUEUED
@@ -206,6 +207,13 @@ def test_harness_jobs_export_and_trajectories_import(
     assert SynthesisDraw.objects.filter(outcome="kept").count() == 6
     export = client.get(reverse("synthesis-harness-jobs", args=["acme", run.pk]))
     assert b"".join(export.streaming_content) == b""
+
+
+def _open_draws() -> list[tuple[Any, ...]]:
+    return [
+        (d.retry, d.outcome, d.error, d.low_response_id, d.high_response_id, sorted(d.usage))
+        for d in SynthesisDraw.objects.order_by("pk")
+    ]
 
 
 def _jsonl(records: list[dict[str, Any]]) -> SimpleUploadedFile:
