@@ -15,7 +15,7 @@ from graders.models import SynthesisRun
 from graders.synthesis import selectors
 from graders.synthesis.execute import synthesis_run_execute
 from graders.synthesis.runs import synthesis_start
-from labeling.models import Dimension, Job, JobStatus, Project, SynthesisDraw
+from labeling.models import Dimension, Job, JobStatus, Project, Synthesis, SynthesisDraw
 from tests.fakes.openai_server import FakeJudgeServer
 from tests.graders.synthesis.scripted import Script, endpoints, start_arguments, synthesis_project
 
@@ -243,3 +243,28 @@ def test_who_may_do_what_on_a_run(
     single = synthesis_start(**start_arguments(ready, name="plain"))
     admin = _client(admin_user)
     assert admin.get(reverse("synthesis-harness-jobs", args=["acme", single.pk])).status_code == 404
+
+
+def test_the_run_page_links_its_synthesis_pages_and_the_funnel_links_back(
+    ready: Project, admin_user: User
+) -> None:
+    run = synthesis_start(**start_arguments(ready))
+    synthesis = run.synthesis
+    client = _client(admin_user)
+    page = client.get(reverse("synthesis-run", args=["acme", run.pk])).content.decode()
+    funnel = reverse("synthesis-funnel", args=["acme"]) + f"?synthesis={synthesis.external_id}"
+    validation = reverse("synthesis-validation", args=["acme", synthesis.pk])
+    sweeps = reverse("synthesis-sweeps", args=["acme"]) + f"?synthesis={synthesis.pk}"
+    for link in (funnel, validation, sweeps):
+        assert f'href="{link}"' in page
+    # Each link leads to that synthesis: its funnel (linking back), its validation, the sweep
+    # form with it chosen.
+    back = f'href="{reverse("synthesis-run", args=["acme", run.pk])}"'
+    assert back in client.get(funnel).content.decode()
+    assert synthesis.external_id in client.get(validation).content.decode()
+    form = client.get(sweeps).content.decode()
+    assert f'<option value="{synthesis.pk}" selected>' in form
+    # A synthesis imported (no run here) has no run to link to.
+    Synthesis.objects.create(project=ready, external_id="elsewhere", judges=["j"])
+    imported = client.get(reverse("synthesis-funnel", args=["acme"]) + "?synthesis=elsewhere")
+    assert imported.status_code == 200 and "Generated here" not in imported.content.decode()
