@@ -88,6 +88,8 @@ class RowCellStore:
                               (cell.high_level, draw.high_response_id)):  # fmt: skip
                 if pk is not None:
                     self._rollouts[(cell.external_id, draw.retry, level)] = _rollout(responses[pk])
+            for level, held in draw.held.items():
+                self._rollouts[(cell.external_id, draw.retry, level)] = _rollout_read(held)
         by_pk = {draw.pk: (keys[draw.cell_id], draw.retry) for draw in draws}
         for vote in SynthesisVote.objects.filter(draw__cell__synthesis=self.run.synthesis):
             key, retry = by_pk[vote.draw_id]
@@ -168,37 +170,44 @@ class RowCellStore:
 
     @transaction.atomic
     def rollout_save(self, key: str, retry: int, level: str, rollout: Rollout) -> None:
+        """Hold a draw's first rollout on the draw; with the second, create both Responses at
+        once, in the order of their hashed ids: their primary keys then follow neither the
+        levels nor which rollout came back first."""
         cell = self.cells[key]
         draw = self._draw(key, retry)
-        field = "low_response" if level == cell.low_level else "high_response"
-        if getattr(draw, f"{field}_id") is not None:
+        if (key, retry, level) in self._rollouts:
             return
-        response, _ = Response.objects.get_or_create(
-            project=self.run.project,
-            external_id=rollout_response_id(self.run, key, retry, level),
-            defaults={
-                "task": cell.task,
-                "content": rollout.content or "",
-                "messages": rollout.messages,
-                # No agent name: the source is what a reader must not learn.
-                "source_model": "",
-                "metadata": {
-                    "rollout": {
-                        "cost": rollout.cost,
-                        "calls": rollout.calls,
-                        "tokens_in": rollout.tokens_in,
-                        "tokens_out": rollout.tokens_out,
-                    }
-                },
-            },
-        )
-        setattr(draw, field, response)
         draw.cost += rollout.cost
         _usage_add(draw, "rollout", rollout)
-        draw.save(update_fields=[field, "cost", "usage"])
         self._rollouts[(key, retry, level)] = rollout
-        if draw.low_response_id is not None and draw.high_response_id is not None:
-            self._label_put(cell, draw)
+        other = cell.high_level if level == cell.low_level else cell.low_level
+        if other not in draw.held:
+            draw.held[level] = _rollout_json(rollout)
+            draw.save(update_fields=["held", "cost", "usage"])
+            return
+        both = {level: rollout, other: _rollout_read(draw.held.pop(other))}
+        ids = {lvl: rollout_response_id(self.run, key, retry, lvl) for lvl in both}
+        for lvl in sorted(both, key=ids.__getitem__):
+            field = "low_response" if lvl == cell.low_level else "high_response"
+            setattr(draw, field, self._response_put(cell, ids[lvl], both[lvl]))
+        draw.save(update_fields=["low_response", "high_response", "held", "cost", "usage"])
+        self._label_put(cell, draw)
+
+    def _response_put(self, cell: SynthesisCell, external_id: str, rollout: Rollout) -> Response:
+        stored = _rollout_json(rollout)
+        response, _ = Response.objects.get_or_create(
+            project=self.run.project,
+            external_id=external_id,
+            defaults={
+                "task": cell.task,
+                "content": stored.pop("content") or "",
+                "messages": stored.pop("messages"),
+                # No agent name: the source is what a reader must not learn.
+                "source_model": "",
+                "metadata": {"rollout": stored},
+            },
+        )
+        return response
 
     @transaction.atomic
     def _vote_save(self, key: str, retry: int, vote: Vote) -> None:
@@ -274,13 +283,30 @@ def _usage_add(draw: SynthesisDraw, stage: str, spent: Rollout | Spent) -> None:
     held["tokens"] += spent.tokens_in + spent.tokens_out
 
 
-def _rollout(response: Response) -> Rollout:
-    stored = (response.metadata or {}).get("rollout", {})
+def _rollout_json(rollout: Rollout) -> dict[str, Any]:
+    """A rollout as held on its draw (and, without its text, in its Response's metadata)."""
+    return {
+        "content": rollout.content,
+        "messages": rollout.messages,
+        "cost": rollout.cost,
+        "calls": rollout.calls,
+        "tokens_in": rollout.tokens_in,
+        "tokens_out": rollout.tokens_out,
+    }
+
+
+def _rollout_read(stored: dict[str, Any]) -> Rollout:
     return Rollout(
-        content=response.content if response.messages is None else None,
-        messages=response.messages,
+        content=stored.get("content"),
+        messages=stored.get("messages"),
         cost=float(stored.get("cost", 0.0)),
         calls=int(stored.get("calls", 0)),
         tokens_in=int(stored.get("tokens_in", 0)),
         tokens_out=int(stored.get("tokens_out", 0)),
     )
+
+
+def _rollout(response: Response) -> Rollout:
+    stored = (response.metadata or {}).get("rollout", {})
+    text = response.content if response.messages is None else None
+    return _rollout_read({**stored, "content": text, "messages": response.messages})
