@@ -674,6 +674,10 @@ class SynthesisDraw(models.Model):
     # Calls and tokens per stage, when known: {"steer"|"rollout"|"filter": {"calls": n,
     # "tokens": n}}. The cell's one steering call is counted on its retry-0 draw.
     usage = models.JSONField(default=dict, blank=True)
+    # A generated draw's first rollout back, until its pair is: {level: rollout}. Both
+    # Responses are then created together, in an order drawn from their hashed ids, so their
+    # primary keys (in some expert URLs) say nothing of level or finish order.
+    held = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["cell", "retry"]

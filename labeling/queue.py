@@ -28,6 +28,7 @@ from labeling.models import (
     QueuePair,
     QueueSlot,
     Response,
+    SynthesisDraw,
     Task,
 )
 from labeling.strategies import CandidatePair, QueueStrategy
@@ -79,10 +80,20 @@ def queue_build(
     """Queue the pairs of every task with two or more responses, once per dimension (None: the
     overall preference), and give each pair `project.overlap` slots. Rebuilding refreshes
     priorities and adds new pairs; labels and claims already made are kept. Returns the number
-    of pairs queued."""
+    of pairs queued.
+
+    A synthesis draw's responses (its low and high rollouts) are left out: paired with other
+    responses of their task they would compare rollouts of other cells and dimensions. Their
+    own pairs reach the queue pinned, by the synthesis validation (queue_pairs_pin)."""
+    in_draw = Q(Exists(SynthesisDraw.objects.filter(low_response=OuterRef("pk")))) | Q(
+        Exists(SynthesisDraw.objects.filter(high_response=OuterRef("pk")))
+    )
     responses: dict[int, list[int]] = {}
     for task_id, response_id in (
-        Response.objects.filter(project=project).values_list("task_id", "pk").order_by("pk")
+        Response.objects.filter(project=project)
+        .exclude(in_draw)
+        .values_list("task_id", "pk")
+        .order_by("pk")
     ):
         responses.setdefault(task_id, []).append(response_id)
     tasks = {

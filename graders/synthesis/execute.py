@@ -116,6 +116,7 @@ class SynthesisPass:
         self.judges: list[JudgeEndpoint] = []
         self.agents: list[JudgeEndpoint] = []
         self.extra_usage = Usage()  # what rollers outside the judge clients spent
+        self.waiting: set[str] = set()  # cells a harness roller deferred: they owe rollouts
         self.shown_at = -1.0
         self.cancelled = False
         self.done_before: int | None = None
@@ -204,9 +205,9 @@ class SynthesisPass:
         if self.budget.spent:
             raise BudgetSpent(budget_spent_text(self.usage()))
         counts = cells_counts(run)
-        if store.waiting:
+        if self.waiting:
             Job.objects.filter(pk=self.job.pk).update(
-                stage=f"Waiting for the harness: {len(store.waiting)} cells owe rollouts"
+                stage=f"Waiting for the harness: {len(self.waiting)} cells owe rollouts"
             )
         return {
             "cells": counts.total,
@@ -282,4 +283,6 @@ class SynthesisPass:
         if run.mode == RolloutMode.WEBHOOK:
             webhook = WebhookRoller(run, store, usage=self.extra_usage, budget=self.budget)
             return await stack.enter_async_context(webhook)
-        return HarnessRoller(run, store)
+        harness = HarnessRoller(run, store)
+        self.waiting = harness.waiting
+        return harness

@@ -8,6 +8,7 @@ from django.views.decorators.http import require_GET
 
 from graders.charts import stacked_bars_svg
 from graders.engine.synthesis.funnel import Funnel
+from graders.models import SynthesisRun
 from graders.synthesis.funnel_selectors import syntheses_list, synthesis_funnel
 from labeling.access import Perm, project_access
 from labeling.demo import demo_synthesis_note
@@ -57,6 +58,7 @@ def synthesis_funnel_page(request: HttpRequest, slug: str) -> HttpResponse:
         context |= {
             "synthesis": synthesis,
             "note": demo_synthesis_note(synthesis),
+            "run": SynthesisRun.objects.filter(synthesis=synthesis).first(),  # None: imported
             "funnel": funnel,
             "chart": funnel_chart(funnel, list(synthesis.judges)),
             "retry_rows": [

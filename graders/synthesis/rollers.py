@@ -14,7 +14,7 @@ from typing import Any
 from graders.engine.synthesis.pipeline import rollout_seed
 from graders.engine.synthesis.plan import CellPlan
 from graders.engine.synthesis.prompts import steering_wrap
-from graders.engine.synthesis.rollout import RolloutFailed
+from graders.engine.synthesis.rollout import RolloutDeferred, RolloutFailed
 from graders.engine.synthesis.types import Rollout, SynthesisTask
 from graders.models import SynthesisRun
 from graders.synthesis.store import RowCellStore
@@ -110,23 +110,20 @@ def open_jobs(run: SynthesisRun, store: RowCellStore) -> list[RolloutJob]:
     return jobs
 
 
-class RolloutWaiting(RolloutFailed):
-    """The harness has not sent this rollout back yet: the cell waits, nothing is recorded."""
-
-
 class HarnessRoller:
     """Rollouts by the user's harness, two-phase: a pass writes the steering and stops each
-    cell at its first rollout not imported yet (recorded as waiting, not as a failure); the
-    run page exports those jobs, and importing their trajectories (graders.synthesis.harness)
-    stores them as rollouts and queues the run again, whose next pass goes on to the cascade."""
+    cell at its first rollout not imported yet (RolloutDeferred: no outcome, nothing failed;
+    `waiting` collects those cells); the run page exports those jobs, and importing their
+    trajectories (graders.synthesis.harness) stores them as rollouts and queues the run again,
+    whose next pass goes on to the cascade."""
 
     def __init__(self, run: SynthesisRun, store: RowCellStore) -> None:
         self.jobs = RolloutJobs(run, store)
-        self.store = store
+        self.waiting: set[str] = set()
 
     async def roll(
         self, task: SynthesisTask, system_addition: str, *, agent: str, seed: int
     ) -> Rollout:
         job = self.jobs.resolve(task, system_addition, agent, seed)
-        self.store.waiting.add(job.cell)
-        raise RolloutWaiting(f"waiting for the harness: {job.cell} {job.level} {job.attempt}")
+        self.waiting.add(job.cell)
+        raise RolloutDeferred(f"waiting for the harness: {job.cell} {job.level} {job.attempt}")

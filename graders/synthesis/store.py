@@ -75,11 +75,8 @@ class RowCellStore:
         self.draws: dict[tuple[str, int], SynthesisDraw] = {}
         self._rollouts: dict[tuple[str, int, str], Rollout] = {}
         self._votes: dict[tuple[str, int, int], Vote] = {}
-        self._drawing: dict[str, int] = {}
         # A harness's rollouts (webhook or imported) report no tokens: unknown, not zero.
         self._rollout_tokens_known = run.mode in (RolloutMode.SINGLE, RolloutMode.CONVERSATION)
-        # Cells a HarnessRoller stopped at a rollout their harness has not sent yet.
-        self.waiting: set[str] = set()
         self._load()
 
     def _load(self) -> None:
@@ -95,6 +92,8 @@ class RowCellStore:
                               (cell.high_level, draw.high_response_id)):  # fmt: skip
                 if pk is not None:
                     self._rollouts[(cell.external_id, draw.retry, level)] = _rollout(responses[pk])
+            for level, held in draw.held.items():
+                self._rollouts[(cell.external_id, draw.retry, level)] = _rollout_read(held)
         by_pk = {draw.pk: (keys[draw.cell_id], draw.retry) for draw in draws}
         for vote in SynthesisVote.objects.filter(draw__cell__synthesis=self.run.synthesis):
             key, retry = by_pk[vote.draw_id]
@@ -113,8 +112,6 @@ class RowCellStore:
         return Steering(**stored) if stored else None
 
     def rollout(self, cell: CellPlan, retry: int, level: str) -> Rollout | None:
-        # The engine reads a draw's rollouts as it starts it: the cell's draw in progress.
-        self._drawing[cell.key] = max(retry, self._drawing.get(cell.key, retry))
         return self._rollouts.get((cell.key, retry, level))
 
     def vote(self, cell: CellPlan, retry: int, position: int) -> Vote | None:
@@ -134,9 +131,7 @@ class RowCellStore:
         self._bridge.call(self._guarded, function, key, *args)
 
     def _guarded(self, function: Callable[..., None], key: str, *args: Any) -> None:
-        # A cell waiting for its harness stopped on purpose: what the engine makes of that
-        # (a failed draw) is not an outcome.
-        if self._stopped() or key in self.waiting:
+        if self._stopped():
             return
         function(key, *args)
         self._changed()
@@ -153,8 +148,8 @@ class RowCellStore:
     def draw_end(self, cell: CellPlan, retry: int, kept: bool) -> None:
         self._write(self._draw_end_save, cell.key, retry, kept)
 
-    def cell_fail(self, cell: CellPlan, reason: str) -> None:
-        self._write(self._cell_fail_save, cell.key, reason)
+    def cell_fail(self, cell: CellPlan, retry: int | None, reason: str) -> None:
+        self._write(self._cell_fail_save, cell.key, retry, reason)
 
     # The database thread's side: also called directly by an import of harness rollouts.
 
@@ -167,6 +162,7 @@ class RowCellStore:
             return
         row.steering = steering.as_dict()
         SynthesisCell.objects.filter(pk=row.pk).update(steering=row.steering)
+        # The writer's calls count on the first draw (FORMATS.md), which starts now.
         draw = self._draw(key, 0)
         _stage_add(draw, "steer", steering.calls, _tokens(steering))
         draw.save(update_fields=["usage"])
@@ -180,38 +176,45 @@ class RowCellStore:
 
     @transaction.atomic
     def rollout_save(self, key: str, retry: int, level: str, rollout: Rollout) -> None:
+        """Hold a draw's first rollout on the draw; with the second, create both Responses at
+        once, in the order of their hashed ids: their primary keys then follow neither the
+        levels nor which rollout came back first."""
         cell = self.cells[key]
         draw = self._draw(key, retry)
-        field = "low_response" if level == cell.low_level else "high_response"
-        if getattr(draw, f"{field}_id") is not None:
+        if (key, retry, level) in self._rollouts:
             return
-        response, _ = Response.objects.get_or_create(
-            project=self.run.project,
-            external_id=rollout_response_id(self.run, key, retry, level),
-            defaults={
-                "task": cell.task,
-                "content": rollout.content or "",
-                "messages": rollout.messages,
-                # No agent name: the source is what a reader must not learn.
-                "source_model": "",
-                "metadata": {
-                    "rollout": {
-                        "cost": rollout.cost,
-                        "calls": rollout.calls,
-                        "tokens_in": rollout.tokens_in,
-                        "tokens_out": rollout.tokens_out,
-                    }
-                },
-            },
-        )
-        setattr(draw, field, response)
         draw.cost += rollout.cost
         tokens = _tokens(rollout) if self._rollout_tokens_known else None
         _stage_add(draw, "rollout", rollout.calls, tokens)
-        draw.save(update_fields=[field, "cost", "usage"])
         self._rollouts[(key, retry, level)] = rollout
-        if draw.low_response_id is not None and draw.high_response_id is not None:
-            self._label_put(cell, draw)
+        other = cell.high_level if level == cell.low_level else cell.low_level
+        if other not in draw.held:
+            draw.held[level] = _rollout_json(rollout)
+            draw.save(update_fields=["held", "cost", "usage"])
+            return
+        both = {level: rollout, other: _rollout_read(draw.held.pop(other))}
+        ids = {lvl: rollout_response_id(self.run, key, retry, lvl) for lvl in both}
+        for lvl in sorted(both, key=ids.__getitem__):
+            field = "low_response" if lvl == cell.low_level else "high_response"
+            setattr(draw, field, self._response_put(cell, ids[lvl], both[lvl]))
+        draw.save(update_fields=["low_response", "high_response", "held", "cost", "usage"])
+        self._label_put(cell, draw)
+
+    def _response_put(self, cell: SynthesisCell, external_id: str, rollout: Rollout) -> Response:
+        stored = _rollout_json(rollout)
+        response, _ = Response.objects.get_or_create(
+            project=self.run.project,
+            external_id=external_id,
+            defaults={
+                "task": cell.task,
+                "content": stored.pop("content") or "",
+                "messages": stored.pop("messages"),
+                # No agent name: the source is what a reader must not learn.
+                "source_model": "",
+                "metadata": {"rollout": stored},
+            },
+        )
+        return response
 
     @transaction.atomic
     def _vote_save(self, key: str, retry: int, vote: Vote) -> None:
@@ -263,13 +266,12 @@ class RowCellStore:
             )
 
     @transaction.atomic
-    def _cell_fail_save(self, key: str, reason: str) -> None:
+    def _cell_fail_save(self, key: str, retry: int | None, reason: str) -> None:
         row = self.cells[key]
         row.error = reason[:2000]
         SynthesisCell.objects.filter(pk=row.pk).update(error=row.error)
         # The draw it failed in (a rollout or a judge call), if any, ends failed with the
         # reason, a row even when neither rollout came back.
-        retry = self._drawing.get(key)
         if retry is not None:
             draw = self._draw(key, retry)
             if draw.outcome == DrawOutcome.PENDING:
@@ -284,7 +286,10 @@ def _tokens(spent: Spent | Rollout) -> int:
 def _stage_add(draw: SynthesisDraw, stage: str, calls: int, tokens: int | None) -> None:
     """Add a stage's calls and tokens to the draw's usage, as an import stores it (FORMATS.md
     synthesis_draw "usage"): tokens are left out, unknown, once any part of the stage did not
-    report them."""
+    report them. A value that made no call (an imported trajectory) adds nothing, so the
+    stage is left out rather than claiming 0 calls."""
+    if not calls:
+        return
     held = (draw.usage or {}).get(stage, {"calls": 0, "tokens": 0})
     usage = {"calls": held["calls"] + calls}
     if tokens is not None and held.get("tokens") is not None:
@@ -292,13 +297,30 @@ def _stage_add(draw: SynthesisDraw, stage: str, calls: int, tokens: int | None) 
     draw.usage = {**(draw.usage or {}), stage: usage}
 
 
-def _rollout(response: Response) -> Rollout:
-    stored = (response.metadata or {}).get("rollout", {})
+def _rollout_json(rollout: Rollout) -> dict[str, Any]:
+    """A rollout as held on its draw (and, without its text, in its Response's metadata)."""
+    return {
+        "content": rollout.content,
+        "messages": rollout.messages,
+        "cost": rollout.cost,
+        "calls": rollout.calls,
+        "tokens_in": rollout.tokens_in,
+        "tokens_out": rollout.tokens_out,
+    }
+
+
+def _rollout_read(stored: dict[str, Any]) -> Rollout:
     return Rollout(
-        content=response.content if response.messages is None else None,
-        messages=response.messages,
+        content=stored.get("content"),
+        messages=stored.get("messages"),
         cost=float(stored.get("cost", 0.0)),
         calls=int(stored.get("calls", 0)),
         tokens_in=int(stored.get("tokens_in", 0)),
         tokens_out=int(stored.get("tokens_out", 0)),
     )
+
+
+def _rollout(response: Response) -> Rollout:
+    stored = (response.metadata or {}).get("rollout", {})
+    text = response.content if response.messages is None else None
+    return _rollout_read({**stored, "content": text, "messages": response.messages})

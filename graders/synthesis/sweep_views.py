@@ -26,7 +26,9 @@ SWEEPS_PAGE = 20
 @login_required
 def sweeps_page(request: HttpRequest, slug: str) -> HttpResponse:
     access = project_access(user=request.user, slug=slug, perm=Perm.SEE_SOURCES)
-    form = SweepForm(request.POST or None, project=access.project)
+    # ?synthesis=<pk> (the run page's link) picks that synthesis in the form.
+    initial = {"synthesis": request.GET.get("synthesis")} if "synthesis" in request.GET else None
+    form = SweepForm(request.POST or None, project=access.project, initial=initial)
     if request.method == "POST":
         project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
         if form.is_valid():

@@ -17,6 +17,7 @@ from labeling.models import (
     QueuePair,
     QueueSlot,
     Response,
+    SynthesisDraw,
 )
 from labeling.queue import (
     PINNED_PRIORITY,
@@ -29,7 +30,7 @@ from labeling.queue import (
     queue_pairs_pin,
 )
 from labeling.strategies import CandidatePair, CoverageFirst
-from tests.labeling.helpers import write_jsonl
+from tests.labeling.helpers import synthesis_records, write_jsonl
 
 
 def tasks_with_responses(n_tasks: int, per_task: int, split: str = "train") -> list[dict[str, Any]]:
@@ -336,3 +337,40 @@ def test_pinning_a_pair_the_build_queued_raises_its_overlap_and_keeps_its_labels
     assert pair.overlap == 3 and QueueSlot.objects.filter(pair=pair).count() == 3
     assert QueueSlot.objects.filter(pair=pair, done_at__isnull=False).count() == 1
     assert Preference.objects.filter(is_current=True).count() == 1
+
+
+def test_a_build_leaves_synthesis_rollouts_to_their_pinned_pairs(
+    project: Project, tmp_path: Path
+) -> None:
+    """A synthesis draw's two responses are paired only with each other, pinned by the
+    validation: a build pairs neither with the task's other responses (that would compare
+    rollouts of other cells and dimensions) and keeps the pinned pairs through a rebuild."""
+    ordinary = [
+        {"type": "response", "id": f"a1/plain/{i}", "task": "a1", "content": f"plain {i}"}
+        for i in range(2)
+    ]
+    jsonl_import(
+        project=project,
+        path=write_jsonl(tmp_path / "s.jsonl", [*synthesis_records(), *ordinary]),
+    )
+    friendliness = Dimension.objects.get(project=project, name="friendliness")
+    draws = SynthesisDraw.objects.exclude(low_response=None).order_by("pk")
+    pinned = [
+        PinnedPair(d.cell.task_id, d.low_response_id, d.high_response_id, friendliness.pk)
+        for d in draws
+    ]
+    assert len(pinned) == 3
+    queue_pairs_pin(project=project, pairs=pinned, overlap=3, strategy="synthesis-validation")
+    plain = sorted(
+        Response.objects.filter(external_id__contains="/plain/").values_list("pk", flat=True)
+    )
+    for _ in range(2):  # a build, then a rebuild
+        queue_build(project=project, strategy=CoverageFirst(), dimensions=[friendliness, None])
+        built = QueuePair.objects.filter(overlap__isnull=True)
+        assert set(built.values_list("response_a_id", "response_b_id", "dimension_id")) == {
+            (plain[0], plain[1], None),
+            (plain[0], plain[1], friendliness.pk),
+        }
+        kept = QueuePair.objects.filter(overlap=3).values_list("response_a_id", "response_b_id")
+        assert sorted(kept) == sorted(tuple(sorted((p.response_a, p.response_b))) for p in pinned)
+        assert QueueSlot.objects.filter(pair__overlap=3).count() == 9

@@ -19,7 +19,7 @@ from graders.engine.synthesis.prompts import (
     steer_request,
     steering_wrap,
 )
-from graders.engine.synthesis.rollout import Roller, RolloutFailed
+from graders.engine.synthesis.rollout import Roller, RolloutDeferred, RolloutFailed
 from graders.engine.synthesis.types import (
     DimensionSpec,
     Rollout,
@@ -39,7 +39,9 @@ class CellStore(Protocol):
     stored changes nothing). `level` is "bad", "ok" or "good"; `position` is the judge's index
     in the cascade, 0 for the first; draw_end(kept=False) is a veto (or no verdict) by the
     draw's last vote. cell_fail's reason names the stage (steering writer, rollout <level>
-    (retry r), filter judge <name>); the draw in progress, if any, has no draw_end."""
+    (retry r), filter judge <name>); its `retry` is the draw the cell failed in (None when it
+    failed before its first draw, at the steering), which gets no draw_end. A cell whose
+    rollout is deferred (RolloutDeferred) gets neither: it stops without an outcome."""
 
     def steering(self, cell: CellPlan) -> Steering | None: ...
 
@@ -55,7 +57,7 @@ class CellStore(Protocol):
 
     def draw_end(self, cell: CellPlan, retry: int, kept: bool) -> None: ...
 
-    def cell_fail(self, cell: CellPlan, reason: str) -> None: ...
+    def cell_fail(self, cell: CellPlan, retry: int | None, reason: str) -> None: ...
 
 
 async def cells_run(
@@ -78,7 +80,9 @@ async def cells_run(
     the cell. Whatever the store already holds is used as it is, never asked again.
 
     A cell that cannot go on (steering still invalid after its re-ask, a failed rollout, a
-    failed judge call) is reported with store.cell_fail and the others go on. When a call
+    failed judge call) is reported with store.cell_fail and the others go on. A cell whose
+    roller defers a rollout (RolloutDeferred: a harness sends it later) stops quietly, with
+    nothing stored as failed and no draw_end, so a later pass resumes its draw. When a call
     raises (BudgetExhausted, CallsStopped), every cell still finishes the calls it has in flight
     and stores them, then the first such exception is raised.
 
@@ -151,6 +155,7 @@ class _Run:
     async def cell(self, cell: CellPlan) -> None:
         """One cell, in its own task: the call_priority it sets holds for its calls only."""
         progress = _Progress()
+        retry: int | None = None  # the draw in progress
         try:
             steering = self.store.steering(cell)
             if steering is None:
@@ -163,7 +168,9 @@ class _Run:
                 if kept:
                     return
         except _CellFailed as failure:
-            self.store.cell_fail(cell, str(failure))
+            self.store.cell_fail(cell, retry, str(failure))
+        except RolloutDeferred:
+            return
 
     async def steer(self, cell: CellPlan) -> Steering:
         """WriteSteer, asked once more with the validation error if the first answer is

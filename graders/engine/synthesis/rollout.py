@@ -41,7 +41,8 @@ class Roller(Protocol):
     """Produces one rollout of `task` by `agent` with `system_addition` (the wrapped steering
     instruction, prompts.steering_wrap) appended to the agent's system prompt. `seed` tells
     attempts apart: the same (task, addition, agent, seed) may be answered from a cache, a new
-    seed asks for a fresh rollout. A failed rollout raises RolloutFailed with the reason."""
+    seed asks for a fresh rollout. A failed rollout raises RolloutFailed with the reason; one
+    that will come later (from a harness) raises RolloutDeferred."""
 
     async def roll(
         self, task: SynthesisTask, system_addition: str, *, agent: str, seed: int
@@ -50,6 +51,12 @@ class Roller(Protocol):
 
 class RolloutFailed(Exception):
     """A rollout could not be produced; the message says why (it becomes the cell's error)."""
+
+
+class RolloutDeferred(Exception):
+    """The rollout is not to be had yet (the user's harness sends it later): the cell stops
+    here without an outcome. Nothing is recorded as failed and its draw stays open, so a later
+    pass, once the rollout is stored, goes on from there."""
 
 
 class SingleResponseRoller:

@@ -3,9 +3,12 @@
 delivery or a resume after a budget stop asks nothing twice."""
 
 import json
+from collections import Counter
+from io import StringIO
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 from django.utils import timezone
 
 from graders.models import JudgeEndpoint, SynthesisRun
@@ -257,3 +260,33 @@ def test_a_conversation_run_stores_trajectories(
     # The simulated user never reads the agent's steering.
     to_user = [r for r in fake_judge.requests if r.body["model"] == "user-sim"]
     assert to_user and not any("STEER-" in json.dumps(r.body) for r in to_user)
+
+
+def test_the_funnel_stages_count_the_calls_the_server_received_per_role(
+    project: Project, fake_judge: FakeJudgeServer
+) -> None:
+    """A generated run's draws carry their calls and tokens per stage, so synthesis_funnel's
+    stages table is what each role was asked: the writer's call on each cell's first draw,
+    the agents' on their draws, the judges' on the draws they voted on."""
+    fake_judge.responder = Script(err_on={("t1", "warmth")})  # every steering usable
+    synthesis_project(project, fake_judge, TASKS)
+    run = _start(project)
+    assert synthesis_run_execute(run_id=run.pk)["status"] == "succeeded"
+    roles = {"writer": "steer", "agent-a": "rollout", "agent-b": "rollout",
+             "judge-1": "filter", "judge-2": "filter"}  # fmt: skip
+    received = Counter(roles[r.body["model"]] for r in fake_judge.requests)
+    # 8 cells, one retried: 8 steering calls, 9 draws of two rollouts and two votes each.
+    assert received == {"steer": 8, "rollout": 18, "filter": 18}
+    out = StringIO()
+    call_command("synthesis_funnel", "--project", project.slug, "--json", stdout=out)
+    stages = {row["stage"]: row for row in json.loads(out.getvalue())["stages"]}
+    assert {stage: row["calls"] for stage, row in stages.items()} == received
+    run.refresh_from_db()
+    assert sum(row["tokens"] for row in stages.values()) == (
+        run.usage["tokens_in"] + run.usage["tokens_out"]
+    )
+    assert stages["steer"]["calls_per_kept"] == 1.0  # 8 kept pairs
+    # The steering call is on each cell's first draw only.
+    for draw in SynthesisDraw.objects.filter(cell__synthesis=run.synthesis):
+        assert ("steer" in draw.usage) == (draw.retry == 0)
+        assert draw.usage["rollout"]["calls"] == 2 and draw.usage["filter"]["calls"] == 2

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.db.models import Q
 from django.test import Client
 from django.urls import reverse
 
@@ -16,7 +15,7 @@ from graders.models import SynthesisRun
 from graders.synthesis import selectors
 from graders.synthesis.execute import synthesis_run_execute
 from graders.synthesis.runs import synthesis_start
-from labeling.models import Dimension, Job, JobStatus, Project, SynthesisDraw
+from labeling.models import Dimension, Job, JobStatus, Project, Synthesis, SynthesisDraw
 from tests.fakes.openai_server import FakeJudgeServer
 from tests.graders.synthesis.scripted import Script, endpoints, start_arguments, synthesis_project
 
@@ -169,12 +168,8 @@ def test_harness_jobs_export_and_trajectories_import(
     synthesis_run_execute(run_id=run.pk)  # steering only: every cell waits for its harness
     run.refresh_from_db()
     assert run.job.status == JobStatus.SUCCEEDED and "Waiting for the harness" in run.job.stage
-    # Each cell's first draw is under way: pending, no rollout yet, its steering call counted.
-    first = SynthesisDraw.objects.all()
-    assert [(d.retry, d.outcome, d.usage["steer"]["calls"]) for d in first] == [
-        (0, "pending", 1)
-    ] * 6
-    assert not _rolled()
+    # Each cell's first draw is open with its steering call and no rollout, none failed.
+    assert _open_draws() == [(0, "pending", "", None, None, ["steer"])] * 6
     client = _client(admin_user)
     export = client.get(reverse("synthesis-harness-jobs", args=["acme", run.pk]))
     jobs = [json.loads(line) for line in b"".join(export.streaming_content).splitlines()]
@@ -194,7 +189,7 @@ def test_harness_jobs_export_and_trajectories_import(
     html = rejected.content.decode()
     assert rejected.status_code == 400 and "nothing was imported" in html
     assert "no open job for cell" in html and "give exactly one of" in html
-    assert not _rolled()
+    assert _open_draws() == [(0, "pending", "", None, None, ["steer"])] * 6
     assert client.post(upload, {"file": _jsonl([answer(j) for j in jobs])}).status_code == 302
     run.refresh_from_db()
     assert run.job.status == JobStatus.QUEUED
@@ -221,11 +216,11 @@ def test_harness_jobs_export_and_trajectories_import(
     assert b"".join(export.streaming_content) == b""
 
 
-def _rolled() -> bool:
-    """Whether any draw holds a rollout."""
-    return SynthesisDraw.objects.filter(
-        Q(low_response__isnull=False) | Q(high_response__isnull=False)
-    ).exists()
+def _open_draws() -> list[tuple[Any, ...]]:
+    return [
+        (d.retry, d.outcome, d.error, d.low_response_id, d.high_response_id, sorted(d.usage))
+        for d in SynthesisDraw.objects.order_by("pk")
+    ]
 
 
 def _jsonl(records: list[dict[str, Any]]) -> SimpleUploadedFile:
@@ -255,3 +250,28 @@ def test_who_may_do_what_on_a_run(
     single = synthesis_start(**start_arguments(ready, name="plain"))
     admin = _client(admin_user)
     assert admin.get(reverse("synthesis-harness-jobs", args=["acme", single.pk])).status_code == 404
+
+
+def test_the_run_page_links_its_synthesis_pages_and_the_funnel_links_back(
+    ready: Project, admin_user: User
+) -> None:
+    run = synthesis_start(**start_arguments(ready))
+    synthesis = run.synthesis
+    client = _client(admin_user)
+    page = client.get(reverse("synthesis-run", args=["acme", run.pk])).content.decode()
+    funnel = reverse("synthesis-funnel", args=["acme"]) + f"?synthesis={synthesis.external_id}"
+    validation = reverse("synthesis-validation", args=["acme", synthesis.pk])
+    sweeps = reverse("synthesis-sweeps", args=["acme"]) + f"?synthesis={synthesis.pk}"
+    for link in (funnel, validation, sweeps):
+        assert f'href="{link}"' in page
+    # Each link leads to that synthesis: its funnel (linking back), its validation, the sweep
+    # form with it chosen.
+    back = f'href="{reverse("synthesis-run", args=["acme", run.pk])}"'
+    assert back in client.get(funnel).content.decode()
+    assert synthesis.external_id in client.get(validation).content.decode()
+    form = client.get(sweeps).content.decode()
+    assert f'<option value="{synthesis.pk}" selected>' in form
+    # A synthesis imported (no run here) has no run to link to.
+    Synthesis.objects.create(project=ready, external_id="elsewhere", judges=["j"])
+    imported = client.get(reverse("synthesis-funnel", args=["acme"]) + "?synthesis=elsewhere")
+    assert imported.status_code == 200 and "Generated here" not in imported.content.decode()

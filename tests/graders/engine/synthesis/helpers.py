@@ -11,7 +11,7 @@ from typing import Any
 from graders.engine.judge import ChatRequest, ChatResult
 from graders.engine.slots import call_priority
 from graders.engine.synthesis.plan import CellPlan
-from graders.engine.synthesis.rollout import RolloutFailed
+from graders.engine.synthesis.rollout import RolloutDeferred, RolloutFailed
 from graders.engine.synthesis.types import Rollout, Steering, SynthesisTask, Vote
 
 STEERING = Steering(
@@ -89,6 +89,8 @@ class FakeRoller:
 
     calls: list[tuple[str, str, str, int]] = field(default_factory=list)
     fail_level: int | None = None
+    # Rollouts deferred (a harness sends them later), by (task id, seed).
+    defer: Callable[[str, int], bool] = lambda task, seed: False
     gate: asyncio.Event | None = None
     held_task: str | None = None
     latency_s: float = 0.0
@@ -105,6 +107,8 @@ class FakeRoller:
         await asyncio.sleep(0)
         if level == self.fail_level:
             raise RolloutFailed("the agent endpoint answered 500")
+        if self.defer(task.id, seed):
+            raise RolloutDeferred(f"{task.id} waits for its harness")
         text = f"quality={level} task={task.id} seed={seed}"
         return Rollout(text, None, cost=0.1, calls=1, latency_s=self.latency_s)
 
@@ -119,6 +123,7 @@ class MemoryStore:
     votes: dict[tuple[str, int, int], Vote] = field(default_factory=dict)
     ends: dict[tuple[str, int], bool] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)
+    failed_in: dict[str, int | None] = field(default_factory=dict)  # the retry a cell failed in
     events: list[tuple[Any, ...]] = field(default_factory=list)
 
     def steering(self, cell: CellPlan) -> Steering | None:
@@ -153,8 +158,9 @@ class MemoryStore:
         self.ends[key] = kept
         self.events.append(("end", *key, kept))
 
-    def cell_fail(self, cell: CellPlan, reason: str) -> None:
+    def cell_fail(self, cell: CellPlan, retry: int | None, reason: str) -> None:
         self.failures[cell.key] = reason
+        self.failed_in[cell.key] = retry
         self.events.append(("fail", cell.key, reason))
 
     def kept_cells(self) -> set[str]:

@@ -10,7 +10,7 @@ import pytest
 
 from graders.engine.judge import BudgetExhausted, ChatRequest
 from graders.engine.slots import call_priority
-from graders.engine.synthesis.pipeline import FILTER_REASKS, cells_run, slot_order
+from graders.engine.synthesis.pipeline import FILTER_REASKS, cells_run, rollout_seed, slot_order
 from graders.engine.synthesis.plan import CellPlan, cells_plan
 from graders.engine.synthesis.prompts import FILTER_REASK, steer_parse
 from graders.engine.synthesis.types import DimensionSpec, SynthesisTask
@@ -281,6 +281,7 @@ def test_steering_invalid_twice_fails_the_cell_with_the_reason_and_rolls_nothing
         "steering writer: the answer holds no complete JSON object (still after one re-ask)"
     }
     assert not fakes["roller"].calls and not store.steerings and not store.ends
+    assert set(store.failed_in.values()) == {None}  # before any draw
 
 
 def test_a_failed_rollout_fails_the_cell_and_keeps_the_other_side() -> None:
@@ -294,6 +295,36 @@ def test_a_failed_rollout_fails_the_cell_and_keeps_the_other_side() -> None:
         cell.key: f"rollout {cell.high} (retry 0): the agent endpoint answered 500"
     }
     assert list(store.rollouts) == [(cell.key, 0, cell.low)] and not judge.requests
+    assert store.failed_in == {cell.key: 0}
+
+
+def test_a_deferred_rollout_stops_its_cell_quietly_and_a_later_pass_goes_on() -> None:
+    """The harness's "not sent yet": no failure and no draw end for the cell, the other cells
+    go on, and a second pass (the rollouts now at hand) resumes the open draw, asking nothing
+    the first pass stored."""
+    store = MemoryStore()
+    cells = _cells(2)
+    held = next(cell for cell in cells if cell.task_id == "t1")
+    first_seed = rollout_seed(0, held, 0)
+    # The first draw of t1 is vetoed, its second draw's rollouts are deferred.
+    judge = FakeJudge(
+        lambda request: wrong_answer(request) if "task=t1 seed=" + str(first_seed) in
+        request.messages[-1]["content"] else right_answer(request)
+    )  # fmt: skip
+    roller = FakeRoller(defer=lambda task, seed: task == "t1" and seed != first_seed)
+    _run(cells, store, judges=[("j1", judge)], roller=roller)
+    assert not store.failures
+    assert store.ends == {(held.key, 0): False, (cells[0].key, 0): True}
+    assert (held.key, 1, held.low) not in store.rollouts
+    assert [e for e in store.events if e[0] == "fail"] == []
+    # The next pass: rollouts come now; the steering and the vetoed draw are not asked again.
+    writer = FakeJudge(lambda request: STEER_ANSWER)
+    again = _run(cells, store, judges=[("j1", judge)], writer=writer)
+    assert not writer.requests
+    assert [(task, seed) for task, _, _, seed in again["roller"].calls] == [
+        ("t1", rollout_seed(0, held, 1))
+    ] * 2
+    assert store.ends[(held.key, 1)] is True and not store.failures
 
 
 def test_a_budget_stop_ends_cleanly_after_the_other_cells_store_their_work() -> None:
