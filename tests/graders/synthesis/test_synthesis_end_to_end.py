@@ -204,6 +204,7 @@ def funnel_expected(
             if shown:
                 audit.append(position(axis, value, shown))
     return {
+        "note": None,  # only the demo's synthesis carries one
         "judges": list(JUDGES),
         "retries": RETRIES,
         "cells": len(cells),
@@ -428,7 +429,9 @@ def test_a_webhook_run_fails_its_one_failing_job_clearly_and_funnels_the_rest(
     )
     [draw] = cell.draws.all()
     assert draw.outcome == DrawOutcome.FAILED and draw.error == cell.error
-    assert draw.low_response_id is None and draw.high_response_id is not None
+    # Its other rollout stays held on the draw: a response is made only with its pair.
+    assert draw.low_response_id is None and draw.high_response_id is None
+    assert list(draw.held) == [failing.contrast.split("-")[1]]
 
     implied = {c.key: draws_implied(script, c.task, c.dimension) for c in cells if c != failing}
     # Each job posted once (the failing one three times: two retries), each vote asked once.

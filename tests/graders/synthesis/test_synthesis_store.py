@@ -61,7 +61,8 @@ def test_a_draws_responses_are_created_together_in_hashed_id_order(
             f"{cell.low_level} text",
             f"{cell.high_level} text",
         )
-        assert draw.usage == {"rollout": {"calls": 1, "tokens": 0}, "steer": draw.usage["steer"]}
+        # A harness run's rollouts report no tokens: unknown, left out, not 0.
+        assert draw.usage == {"rollout": {"calls": 1}, "steer": draw.usage["steer"]}
         ids = {
             level: rollout_response_id(steered, cell.external_id, 0, level)
             for level in (cell.low_level, cell.high_level)
