@@ -6,6 +6,7 @@ from typing import Any
 
 from django import forms
 from django.core.management.base import CommandError, CommandParser, OutputWrapper
+from django.db import models
 
 from labeling.models import Job, JobStatus, Project
 
@@ -64,6 +65,22 @@ def job_follow(
         time.sleep(1)
     if job.status != JobStatus.SUCCEEDED:
         raise CommandError(f"{what}: {job.get_status_display()}. {job.error}")
+
+
+def resume_target_or_error[T: models.Model](
+    model: type[T], project: Project, pk: int, noun: str
+) -> T:
+    """--resume: the project's `model` row `pk` (its job loaded with it), or a CommandError
+    ``{noun} {pk} is not in project 'slug'``."""
+    found = model._default_manager.select_related("job").filter(project=project, pk=pk).first()
+    if found is None:
+        raise CommandError(f"{noun} {pk} is not in project {project.slug!r}")
+    return found
+
+
+def job_announce(stdout: OutputWrapper, what: str, job_id: int, *, resumed: bool) -> None:
+    """``{what} resumed as job N.`` or ``{what} queued as job N.``"""
+    stdout.write(f"{what} {'resumed' if resumed else 'queued'} as job {job_id}.")
 
 
 def resumable_check(job: Job, noun: str, pk: int) -> None:

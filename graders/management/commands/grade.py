@@ -15,9 +15,11 @@ from labeling.cli import (
     budget_arguments,
     budget_given,
     form_or_error,
+    job_announce,
     job_follow,
     project_or_error,
     resumable_check,
+    resume_target_or_error,
 )
 from labeling.models import Project
 
@@ -41,12 +43,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         project = project_or_error(options["project"])
-        if options["resume"] is not None:
-            run = self._resume(project, options)
-            self.stdout.write(f"Grading run {run.pk} resumed as job {run.job_id}.")
-        else:
-            run = self._start(project, options)
-            self.stdout.write(f"Grading run {run.pk} queued as job {run.job_id}.")
+        resumed = options["resume"] is not None
+        run = self._resume(project, options) if resumed else self._start(project, options)
+        job_announce(self.stdout, f"Grading run {run.pk}", run.job_id, resumed=resumed)
         if options["wait"]:
             job_follow(
                 self.stderr,
@@ -81,13 +80,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
 
     def _resume(self, project: Project, options: dict[str, Any]) -> GradingRun:
-        run = (
-            GradingRun.objects.select_related("job")
-            .filter(project=project, pk=options["resume"])
-            .first()
-        )
-        if run is None:
-            raise CommandError(f"run {options['resume']} is not in project {project.slug!r}")
+        run = resume_target_or_error(GradingRun, project, options["resume"], "run")
         if options["split"] or options["task"] or options["endpoint"]:
             raise CommandError(
                 "--resume goes on with the run's own tasks and judge: leave out --split, --task "

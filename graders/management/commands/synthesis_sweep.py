@@ -17,9 +17,11 @@ from labeling.cli import (
     budget_arguments,
     budget_given,
     form_or_error,
+    job_announce,
     job_follow,
     project_or_error,
     resumable_check,
+    resume_target_or_error,
 )
 from labeling.models import Project
 
@@ -48,12 +50,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         project = project_or_error(options["project"])
-        if options["resume"] is not None:
-            sweep = self._resume(project, options)
-            self.stdout.write(f"Sweep {sweep.pk} resumed as job {sweep.job_id}.")
-        else:
-            sweep = self._start(project, options)
-            self.stdout.write(f"Sweep {sweep.pk} queued as job {sweep.job_id}.")
+        resumed = options["resume"] is not None
+        sweep = self._resume(project, options) if resumed else self._start(project, options)
+        job_announce(self.stdout, f"Sweep {sweep.pk}", sweep.job_id, resumed=resumed)
         if options["wait"]:
             job_follow(
                 self.stderr,
@@ -94,13 +93,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
 
     def _resume(self, project: Project, options: dict[str, Any]) -> SynthesisSweep:
-        sweep = (
-            SynthesisSweep.objects.select_related("job")
-            .filter(project=project, pk=options["resume"])
-            .first()
-        )
-        if sweep is None:
-            raise CommandError(f"sweep {options['resume']} is not in project {project.slug!r}")
+        sweep = resume_target_or_error(SynthesisSweep, project, options["resume"], "sweep")
         if options["judge"] or options["grader"] or options["grader_endpoint"] is not None:
             raise CommandError(
                 "--resume goes on with the sweep's own evaluators: leave out --judge, --grader "

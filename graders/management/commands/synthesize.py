@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from graders.models import JudgeEndpoint, RolloutMode
 from graders.synthesis.runs import SynthesisInvalid, synthesis_start
-from labeling.cli import budget_arguments, job_follow, project_or_error
+from labeling.cli import budget_arguments, job_announce, job_follow, project_or_error
 from labeling.models import Project
 
 
@@ -82,10 +82,8 @@ class Command(BaseCommand):
         except SynthesisInvalid as exc:
             raise CommandError(str(exc)) from None
         cells = run.synthesis.cells.count()
-        self.stdout.write(
-            f"Synthesis run {run.pk} ({run.synthesis.external_id}, {cells} cells) queued as "
-            f"job {run.job_id}."
-        )
+        what = f"Synthesis run {run.pk} ({run.synthesis.external_id}, {cells} cells)"
+        job_announce(self.stdout, what, run.job_id, resumed=False)
         if options["wait"]:
             job_follow(
                 self.stderr,
