@@ -3,7 +3,6 @@
 [--max-calls N] [--max-cost USD] [--wait]`` to go on with a stopped run, with its budget
 raised (totals for the run, what it spent included) or kept."""
 
-import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -12,8 +11,17 @@ from graders.forms import ResumeBudgetForm
 from graders.grading import grading_run_resume
 from graders.models import GradingRun, JudgeEndpoint
 from graders.services import RunInvalid, grading_run_start
-from labeling.cli import project_or_error
-from labeling.models import Job, Project
+from labeling.cli import (
+    budget_arguments,
+    budget_given,
+    form_or_error,
+    job_announce,
+    job_follow,
+    project_or_error,
+    resumable_check,
+    resume_target_or_error,
+)
+from labeling.models import Project
 
 
 class Command(BaseCommand):
@@ -30,32 +38,21 @@ class Command(BaseCommand):
         parser.add_argument("--split", default="")
         parser.add_argument("--task", nargs="*", default=[], metavar="ID")
         parser.add_argument("--endpoint", metavar="NAME", help="default: the project's default")
-        parser.add_argument("--max-calls", type=int)
-        parser.add_argument("--max-cost", type=float)
+        budget_arguments(parser)
         parser.add_argument("--wait", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:
         project = project_or_error(options["project"])
-        if options["resume"] is not None:
-            run = self._resume(project, options)
-            self.stdout.write(f"Grading run {run.pk} resumed as job {run.job_id}.")
-        else:
-            run = self._start(project, options)
-            self.stdout.write(f"Grading run {run.pk} queued as job {run.job_id}.")
-        if not options["wait"]:
-            return
-        shown = ""
-        while True:
-            job = Job.objects.get(pk=run.job_id)
-            line = f"{job.status}: {job.done}/{job.total or '?'} tasks"
-            if line != shown:
-                self.stderr.write(line)
-                shown = line
-            if not job.is_active:
-                break
-            time.sleep(1)
-        if job.status != "succeeded":
-            raise CommandError(f"run {run.pk}: {job.get_status_display()}. {job.error}")
+        resumed = options["resume"] is not None
+        run = self._resume(project, options) if resumed else self._start(project, options)
+        job_announce(self.stdout, f"Grading run {run.pk}", run.job_id, resumed=resumed)
+        if options["wait"]:
+            job_follow(
+                self.stderr,
+                run.job_id,
+                lambda job: f"{job.status}: {job.done}/{job.total or '?'} tasks",
+                f"run {run.pk}",
+            )
 
     def _start(self, project: Project, options: dict[str, Any]) -> GradingRun:
         grader = project.metagraders.filter(pk=options["grader"]).first()
@@ -83,33 +80,13 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
 
     def _resume(self, project: Project, options: dict[str, Any]) -> GradingRun:
-        run = (
-            GradingRun.objects.select_related("job")
-            .filter(project=project, pk=options["resume"])
-            .first()
-        )
-        if run is None:
-            raise CommandError(f"run {options['resume']} is not in project {project.slug!r}")
+        run = resume_target_or_error(GradingRun, project, options["resume"], "run")
         if options["split"] or options["task"] or options["endpoint"]:
             raise CommandError(
                 "--resume goes on with the run's own tasks and judge: leave out --split, --task "
                 "and --endpoint"
             )
-        if run.job.status not in Job.RESUMABLE:
-            raise CommandError(
-                f"run {run.pk} is {run.job.get_status_display().lower()}: only a stopped run "
-                "(cancelled, failed or out of budget) resumes"
-            )
-        budget = {
-            name: options[name] for name in ("max_calls", "max_cost") if options[name] is not None
-        }
-        form = ResumeBudgetForm(budget, limits=run, spent=run.usage)
-        if not form.is_valid():
-            raise CommandError(
-                "; ".join(
-                    f"--{field.replace('_', '-')}: {' '.join(errors)}"
-                    for field, errors in form.errors.items()
-                )
-            )
-        grading_run_resume(run=run, **form.cleaned_data)
+        resumable_check(run.job, "run", run.pk)
+        form = ResumeBudgetForm(budget_given(options), limits=run, spent=run.usage)
+        grading_run_resume(run=run, **form_or_error(form))
         return run

@@ -7,14 +7,13 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from graders.synthesis.funnel_selectors import SynthesisChoiceError, synthesis_choose
+from graders.synthesis.cli import synthesis_arguments, synthesis_or_error
 from graders.synthesis.kept_pairs import (
     ANSWERS_FILE,
     BLIND_FILE,
     kept_pairs_records,
     release_export,
 )
-from labeling.cli import project_or_error
 from labeling.jsonl import jsonl_write
 
 
@@ -22,19 +21,14 @@ class Command(BaseCommand):
     help = "Export a synthesis's kept pairs as preference pairs or as a PADME-style release."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--project", required=True, metavar="SLUG")
-        parser.add_argument("--synthesis", metavar="ID")
+        synthesis_arguments(parser)
         target = parser.add_mutually_exclusive_group(required=True)
         target.add_argument("--pairs", metavar="PATH", help="JSONL file, or - for stdout")
         target.add_argument("--release", type=Path, metavar="DIR")
         parser.add_argument("--seed", type=int, default=0, help="slot order of the release")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        project = project_or_error(options["project"])
-        try:
-            synthesis = synthesis_choose(project=project, external_id=options["synthesis"])
-        except SynthesisChoiceError as exc:
-            raise CommandError(str(exc)) from None
+        synthesis = synthesis_or_error(options)
         try:
             if options["release"] is not None:
                 directory: Path = options["release"]

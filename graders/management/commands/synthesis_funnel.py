@@ -4,14 +4,10 @@ synthesis (FORMATS.md; paper Tables 1 and 8, cost per kept pair, the position au
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 
-from graders.synthesis.funnel_selectors import (
-    SynthesisChoiceError,
-    synthesis_choose,
-    synthesis_funnel_json,
-)
-from labeling.cli import project_or_error
+from graders.synthesis.cli import synthesis_arguments, synthesis_or_error
+from graders.synthesis.funnel_selectors import synthesis_funnel_json
 
 
 def _cell(value: Any) -> str:
@@ -26,16 +22,11 @@ class Command(BaseCommand):
     help = "The funnel of a synthesis: draws, kept and rejected per retry and per subset."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--project", required=True, metavar="SLUG")
-        parser.add_argument("--synthesis", metavar="ID")
+        synthesis_arguments(parser)
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        project = project_or_error(options["project"])
-        try:
-            synthesis = synthesis_choose(project=project, external_id=options["synthesis"])
-        except SynthesisChoiceError as exc:
-            raise CommandError(str(exc)) from None
+        synthesis = synthesis_or_error(options)
         report = synthesis_funnel_json(synthesis=synthesis)
         if options["json"]:
             self.stdout.write(json.dumps(report, allow_nan=False))

@@ -6,7 +6,6 @@ background job; `meta_eval` then ranks them. ``--resume SWEEP [--max-calls N] [-
 [--wait]`` goes on with a stopped sweep, its budget raised (totals, what it spent included) or
 kept."""
 
-import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -14,8 +13,17 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from graders.forms import ResumeBudgetForm
 from graders.models import JudgeEndpoint, Metagrader, SynthesisSweep
 from graders.synthesis.sweep import DEFAULT_RUNS, SweepInvalid, sweep_resume, sweep_start
-from labeling.cli import project_or_error
-from labeling.models import Job, Project
+from labeling.cli import (
+    budget_arguments,
+    budget_given,
+    form_or_error,
+    job_announce,
+    job_follow,
+    project_or_error,
+    resumable_check,
+    resume_target_or_error,
+)
+from labeling.models import Project
 
 
 def _endpoint(project: Project, pk: int) -> JudgeEndpoint:
@@ -37,20 +45,21 @@ class Command(BaseCommand):
         parser.add_argument("--grader", type=int, nargs="+", default=[], metavar="ID")
         parser.add_argument("--grader-endpoint", type=int, metavar="ENDPOINT_ID")
         parser.add_argument("--runs", type=int, default=DEFAULT_RUNS)
-        parser.add_argument("--max-calls", type=int)
-        parser.add_argument("--max-cost", type=float)
+        budget_arguments(parser)
         parser.add_argument("--wait", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:
         project = project_or_error(options["project"])
-        if options["resume"] is not None:
-            sweep = self._resume(project, options)
-            self.stdout.write(f"Sweep {sweep.pk} resumed as job {sweep.job_id}.")
-        else:
-            sweep = self._start(project, options)
-            self.stdout.write(f"Sweep {sweep.pk} queued as job {sweep.job_id}.")
+        resumed = options["resume"] is not None
+        sweep = self._resume(project, options) if resumed else self._start(project, options)
+        job_announce(self.stdout, f"Sweep {sweep.pk}", sweep.job_id, resumed=resumed)
         if options["wait"]:
-            self._follow(sweep)
+            job_follow(
+                self.stderr,
+                sweep.job_id,
+                lambda job: f"{job.status}: {job.done}/{job.total or '?'} scores",
+                f"sweep {sweep.pk}",
+            )
 
     def _start(self, project: Project, options: dict[str, Any]) -> SynthesisSweep:
         synthesis = project.syntheses.filter(external_id=options["synthesis"]).first()
@@ -84,47 +93,13 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
 
     def _resume(self, project: Project, options: dict[str, Any]) -> SynthesisSweep:
-        sweep = (
-            SynthesisSweep.objects.select_related("job")
-            .filter(project=project, pk=options["resume"])
-            .first()
-        )
-        if sweep is None:
-            raise CommandError(f"sweep {options['resume']} is not in project {project.slug!r}")
+        sweep = resume_target_or_error(SynthesisSweep, project, options["resume"], "sweep")
         if options["judge"] or options["grader"] or options["grader_endpoint"] is not None:
             raise CommandError(
                 "--resume goes on with the sweep's own evaluators: leave out --judge, --grader "
                 "and --grader-endpoint"
             )
-        if sweep.job.status not in Job.RESUMABLE:
-            raise CommandError(
-                f"sweep {sweep.pk} is {sweep.job.get_status_display().lower()}: only a stopped "
-                "sweep (cancelled, failed or out of budget) resumes"
-            )
-        budget = {
-            name: options[name] for name in ("max_calls", "max_cost") if options[name] is not None
-        }
-        form = ResumeBudgetForm(budget, limits=sweep, spent=sweep.usage)
-        if not form.is_valid():
-            raise CommandError(
-                "; ".join(
-                    f"--{field.replace('_', '-')}: {' '.join(errors)}"
-                    for field, errors in form.errors.items()
-                )
-            )
-        sweep_resume(sweep=sweep, **form.cleaned_data)
+        resumable_check(sweep.job, "sweep", sweep.pk)
+        form = ResumeBudgetForm(budget_given(options), limits=sweep, spent=sweep.usage)
+        sweep_resume(sweep=sweep, **form_or_error(form))
         return sweep
-
-    def _follow(self, sweep: SynthesisSweep) -> None:
-        shown = ""
-        while True:
-            job = Job.objects.get(pk=sweep.job_id)
-            line = f"{job.status}: {job.done}/{job.total or '?'} scores"
-            if line != shown:
-                self.stderr.write(line)
-                shown = line
-            if not job.is_active:
-                break
-            time.sleep(1)
-        if job.status != "succeeded":
-            raise CommandError(f"sweep {sweep.pk}: {job.get_status_display()}. {job.error}")

@@ -5,12 +5,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from graders.synthesis.validation_selectors import (
-    SynthesisNotFound,
-    synthesis_pick,
-    synthesis_validation_json,
-)
-from labeling.cli import project_or_error
+from graders.synthesis.cli import synthesis_arguments, synthesis_or_error
+from graders.synthesis.validation_selectors import synthesis_pick, synthesis_validation_json
 
 
 def _cell(value: Any) -> str:
@@ -29,16 +25,11 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--project", required=True, metavar="SLUG")
-        parser.add_argument("--synthesis", metavar="ID")
+        synthesis_arguments(parser)
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        project = project_or_error(options["project"])
-        try:
-            synthesis = synthesis_pick(project=project, external_id=options["synthesis"])
-        except SynthesisNotFound as exc:
-            raise CommandError(str(exc)) from exc
+        synthesis = synthesis_or_error(options, pick=synthesis_pick)
         try:
             document = synthesis_validation_json(synthesis=synthesis)
         except ValueError as exc:  # rows no writer should leave, e.g. votes after a veto

@@ -6,15 +6,14 @@
 An ENDPOINT is a judge endpoint of the project, by name (or by id). The judges are the filter
 cascade in the order given. Without --dimension, every dimension of the project."""
 
-import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from graders.models import JudgeEndpoint, RolloutMode, SynthesisRun
+from graders.models import JudgeEndpoint, RolloutMode
 from graders.synthesis.runs import SynthesisInvalid, synthesis_start
-from labeling.cli import project_or_error
-from labeling.models import Job, JobStatus, Project
+from labeling.cli import budget_arguments, job_announce, job_follow, project_or_error
+from labeling.models import Project
 
 
 def _endpoint(project: Project, ref: str, flag: str) -> JudgeEndpoint:
@@ -41,8 +40,7 @@ class Command(BaseCommand):
         parser.add_argument("--judge", action="append", required=True, metavar="ENDPOINT")
         parser.add_argument("--retries", type=int, default=2)
         parser.add_argument("--seed", type=int, default=0)
-        parser.add_argument("--max-calls", type=int)
-        parser.add_argument("--max-cost", type=float)
+        budget_arguments(parser)
         parser.add_argument("--mode", choices=RolloutMode.values, default=RolloutMode.SINGLE)
         parser.add_argument("--user-simulator", metavar="ENDPOINT")
         parser.add_argument("--turn-cap", type=int, default=8)
@@ -84,23 +82,12 @@ class Command(BaseCommand):
         except SynthesisInvalid as exc:
             raise CommandError(str(exc)) from None
         cells = run.synthesis.cells.count()
-        self.stdout.write(
-            f"Synthesis run {run.pk} ({run.synthesis.external_id}, {cells} cells) queued as "
-            f"job {run.job_id}."
-        )
+        what = f"Synthesis run {run.pk} ({run.synthesis.external_id}, {cells} cells)"
+        job_announce(self.stdout, what, run.job_id, resumed=False)
         if options["wait"]:
-            self._wait(run)
-
-    def _wait(self, run: SynthesisRun) -> None:
-        shown = ""
-        while True:
-            job = Job.objects.get(pk=run.job_id)
-            line = f"{job.status}: {job.stage or 'queued'}"
-            if line != shown:
-                self.stderr.write(line)
-                shown = line
-            if not job.is_active:
-                break
-            time.sleep(1)
-        if job.status != JobStatus.SUCCEEDED:
-            raise CommandError(f"run {run.pk}: {job.get_status_display()}. {job.error}")
+            job_follow(
+                self.stderr,
+                run.job_id,
+                lambda job: f"{job.status}: {job.stage or 'queued'}",
+                f"run {run.pk}",
+            )
