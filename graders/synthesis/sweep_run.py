@@ -45,6 +45,7 @@ from graders.grading import run_budget
 from graders.judge_cache import DatabaseJudgeCache
 from graders.models import JudgeEndpoint, Metagrader, SynthesisSweep
 from graders.services import endpoint_settings
+from graders.synthesis.progress import time_left
 from graders.synthesis.sweep import SweepInvalid, kept_pairs
 from labeling.jobs import (
     BudgetSpent,
@@ -354,15 +355,8 @@ class _SweepPass:
 
 def eta_text(done_now: int, left: int, elapsed_s: float) -> str:
     """ "about 3 min left", from this pass's pace (units scored / seconds); "" before the
-    first unit, or when nothing is left."""
-    if done_now <= 0 or left <= 0 or elapsed_s <= 0:
-        return ""
-    seconds = left * elapsed_s / done_now
-    if seconds < 60:
-        return f"about {max(1, round(seconds))} s left"
-    if seconds < 3600:
-        return f"about {round(seconds / 60)} min left"
-    return f"about {seconds / 3600:.1f} h left"
+    first unit, or when nothing is left. A sweep counts minutes from 60 s and hours from 1 h."""
+    return time_left(done_now, left, elapsed_s, minutes_from=60, hours_from=3600)
 
 
 def sweep_execute(*, sweep_id: int) -> dict[str, Any]:
