@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from labeling.models import Job, JobStatus, Project
 
@@ -173,6 +174,17 @@ def job_run_leased(
             raise
     job_finish(job=job, status=JobStatus.SUCCEEDED, result=result)
     return {"status": "succeeded"}
+
+
+def job_resend(task: str, *args: object) -> Callable[[float], object]:
+    """A `resend` for job_run_leased: the Celery task at dotted path `task` sent again with
+    `args` after the countdown. It is imported only when sent, as the tasks modules import the
+    code that runs the jobs."""
+
+    def resend(countdown: float) -> object:
+        return import_string(task).apply_async(args, countdown=countdown)
+
+    return resend
 
 
 def job_cancel_requested(*, job: Job) -> bool:

@@ -53,6 +53,7 @@ from labeling.jobs import (
     JobHeartbeat,
     budget_spent_text,
     job_cancel_requested,
+    job_resend,
     job_run_leased,
 )
 from labeling.models import Dimension, Job, JudgeScore, Response, Task
@@ -364,18 +365,10 @@ def sweep_execute(*, sweep_id: int) -> dict[str, Any]:
     times)."""
     sweep = SynthesisSweep.objects.select_related("job", "synthesis").get(pk=sweep_id)
 
-    def work(job: Job, heartbeat: JobHeartbeat) -> dict[str, Any]:
-        return _SweepPass(sweep, job, heartbeat).run()
-
-    def resend(countdown: float) -> None:
-        from graders.tasks import synthesis_sweep_task
-
-        synthesis_sweep_task.apply_async((sweep_id,), countdown=countdown)
-
     outcome = job_run_leased(
         job_id=sweep.job_id,
-        work=work,
-        resend=resend,
+        work=lambda job, heartbeat: _SweepPass(sweep, job, heartbeat).run(),
+        resend=job_resend("graders.tasks.synthesis_sweep_task", sweep_id),
         cancelled="Cancelled; the scores so far are kept. Resume to go on.",
     )
     return {"sweep": sweep_id, **outcome}
