@@ -187,6 +187,26 @@ def job_resend(task: str, *args: object) -> Callable[[float], object]:
     return resend
 
 
+def job_requeue(*, row: Any, max_calls: int | None = None, max_cost: float | None = None) -> bool:
+    """Make a stopped job's owner `row` (a model with `max_calls`, `max_cost` and `job_id`)
+    ready to resume: its budget raised where a figure is given (totals, what it spent
+    included), its job moved back to queued unless it is still active. Call it in a
+    transaction; whether the job was moved."""
+    raised = {
+        name: value
+        for name, value in (("max_calls", max_calls), ("max_cost", max_cost))
+        if value is not None
+    }
+    if raised:
+        type(row)._default_manager.filter(pk=row.pk).update(**raised)
+    moved = (
+        Job.objects.filter(pk=row.job_id)
+        .exclude(status__in=Job.ACTIVE)
+        .update(status=JobStatus.QUEUED, cancel_requested=False, error="", finished_at=None)
+    )
+    return moved > 0
+
+
 def job_cancel_requested(*, job: Job) -> bool:
     return Job.objects.filter(pk=job.pk, cancel_requested=True).exists()
 
