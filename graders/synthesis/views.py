@@ -24,6 +24,7 @@ from graders.synthesis.runs import (
     synthesis_start,
 )
 from graders.synthesis.selectors import cells_page, runs_list, syntheses_page
+from graders.views import resume_with_budget
 from labeling.access import Perm, ProjectAccess, project_access
 from labeling.imports import ImportRejected
 from labeling.models import Job
@@ -95,15 +96,16 @@ def synthesis_run_cancel(request: HttpRequest, slug: str, run_id: int) -> HttpRe
 def synthesis_run_resume(request: HttpRequest, slug: str, run_id: int) -> HttpResponse:
     access = project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
     run = _run_get(access, run_id)
-    if run.job.status not in Job.RESUMABLE:
-        messages.info(request, "Only a stopped run (cancelled, failed or out of budget) resumes.")
-        return redirect("synthesis-run", slug=slug, run_id=run.pk)
-    form = ResumeBudgetForm(request.POST, limits=run, spent=run.usage)
-    if not form.is_valid():
-        return _run_render(request, access, run, resume_form=form, status=400)
-    synthesis_resume(run=run, **form.cleaned_data)
-    messages.success(request, "Resumed: stored steering, rollouts and votes are kept.")
-    return redirect("synthesis-run", slug=slug, run_id=run.pk)
+    return resume_with_budget(
+        request,
+        run,
+        spent=run.usage,
+        resume=lambda **budget: synthesis_resume(run=run, **budget),
+        rerender=lambda form: _run_render(request, access, run, resume_form=form, status=400),
+        back=redirect("synthesis-run", slug=slug, run_id=run.pk),
+        stopped_only="Only a stopped run (cancelled, failed or out of budget) resumes.",
+        resumed="Resumed: stored steering, rollouts and votes are kept.",
+    )
 
 
 @require_GET
