@@ -29,7 +29,7 @@ from graders.search import (
     selection_problem,
 )
 from graders.services import grader_promote, grader_selected
-from graders.views import resume_with_budget
+from graders.views import resume_with_budget, start_from_form
 from labeling.access import Perm, ProjectAccess, project_access
 from labeling.jobs import job_cancel
 from labeling.models import Job
@@ -51,17 +51,16 @@ WINNER_METRICS = (
 def searches_page(request: HttpRequest, slug: str) -> HttpResponse:
     access = project_access(user=request.user, slug=slug, perm=Perm.SEE_SOURCES)
     form = SearchForm(request.POST or None, project=access.project)
-    if request.method == "POST":
-        project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
-        if form.is_valid():
-            try:
-                search = search_start(
-                    project=access.project, user=request.user, **form.cleaned_data
-                )
-            except SearchInvalid as exc:
-                form.add_error(None, str(exc))
-            else:
-                return redirect("search", slug=slug, search_id=search.pk)
+    started = start_from_form(
+        request,
+        slug,
+        form,
+        start=lambda: search_start(project=access.project, user=request.user, **form.cleaned_data),
+        invalid=SearchInvalid,
+        then=lambda search: redirect("search", slug=slug, search_id=search.pk),
+    )
+    if started is not None:
+        return started
     context = {
         "access": access,
         "project": access.project,

@@ -5,6 +5,7 @@ experts do not, so that judge opinions never reach a labeler."""
 from collections.abc import Callable
 from typing import Any
 
+from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -43,23 +44,24 @@ RUNS_PAGE = 20
 def graders_page(request: HttpRequest, slug: str) -> HttpResponse:
     access = project_access(user=request.user, slug=slug, perm=Perm.SEE_SOURCES)
     form = RunForm(request.POST or None, project=access.project)
-    if request.method == "POST":
-        project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
-        if form.is_valid():
-            try:
-                run = grading_run_start(
-                    project=access.project,
-                    metagrader=form.cleaned_data["grader"],
-                    endpoint=form.cleaned_data["endpoint"],
-                    split=form.cleaned_data["split"],
-                    max_calls=form.cleaned_data["max_calls"],
-                    max_cost=form.cleaned_data["max_cost"],
-                    user=request.user,
-                )
-            except RunInvalid as exc:
-                form.add_error(None, str(exc))
-            else:
-                return redirect("grading-run", slug=slug, run_id=run.pk)
+    started = start_from_form(
+        request,
+        slug,
+        form,
+        start=lambda: grading_run_start(
+            project=access.project,
+            metagrader=form.cleaned_data["grader"],
+            endpoint=form.cleaned_data["endpoint"],
+            split=form.cleaned_data["split"],
+            max_calls=form.cleaned_data["max_calls"],
+            max_cost=form.cleaned_data["max_cost"],
+            user=request.user,
+        ),
+        invalid=RunInvalid,
+        then=lambda run: redirect("grading-run", slug=slug, run_id=run.pk),
+    )
+    if started is not None:
+        return started
     context = {
         "access": access,
         "project": access.project,
@@ -220,6 +222,31 @@ def run_resume(request: HttpRequest, slug: str, run_id: int) -> HttpResponse:
         stopped_only="Only a stopped run (cancelled, failed or out of budget) resumes.",
         resumed="Resumed: finished tasks and cached judge answers are kept.",
     )
+
+
+def start_from_form(
+    request: HttpRequest,
+    slug: str,
+    form: forms.Form,
+    *,
+    start: Callable[[], Any],
+    invalid: type[Exception],
+    then: Callable[[Any], HttpResponse],
+) -> HttpResponse | None:
+    """A list page's start form on a POST: the MANAGE check, then `start()` when the form is
+    valid and `then` with what it started. None when the page is to be rendered: a GET, or the
+    form with its errors (an `invalid` error from `start` is added to them)."""
+    if request.method != "POST":
+        return None
+    project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
+    if not form.is_valid():
+        return None
+    try:
+        started = start()
+    except invalid as exc:
+        form.add_error(None, str(exc))
+        return None
+    return then(started)
 
 
 def resume_with_budget(

@@ -15,7 +15,7 @@ from graders.forms import ResumeBudgetForm
 from graders.models import SynthesisSweep
 from graders.synthesis.sweep import SweepInvalid, kept_pairs, sweep_resume, sweep_start
 from graders.synthesis.sweep_forms import SweepForm
-from graders.views import resume_with_budget
+from graders.views import resume_with_budget, start_from_form
 from labeling.access import Perm, ProjectAccess, project_access
 from labeling.models import Job
 
@@ -29,15 +29,16 @@ def sweeps_page(request: HttpRequest, slug: str) -> HttpResponse:
     # ?synthesis=<pk> (the run page's link) picks that synthesis in the form.
     initial = {"synthesis": request.GET.get("synthesis")} if "synthesis" in request.GET else None
     form = SweepForm(request.POST or None, project=access.project, initial=initial)
-    if request.method == "POST":
-        project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
-        if form.is_valid():
-            try:
-                sweep = sweep_start(user=request.user, **form.cleaned_data)
-            except SweepInvalid as exc:
-                form.add_error(None, str(exc))
-            else:
-                return redirect("synthesis-sweep", slug=slug, sweep_id=sweep.pk)
+    started = start_from_form(
+        request,
+        slug,
+        form,
+        start=lambda: sweep_start(user=request.user, **form.cleaned_data),
+        invalid=SweepInvalid,
+        then=lambda sweep: redirect("synthesis-sweep", slug=slug, sweep_id=sweep.pk),
+    )
+    if started is not None:
+        return started
     sweeps = SynthesisSweep.objects.filter(project=access.project).select_related(
         "job", "synthesis"
     )
