@@ -57,22 +57,32 @@ class EndpointForm(forms.ModelForm):
         return name
 
 
+def budget_fields(
+    *,
+    calls_help: str = "Stop after this many calls.",
+    cost_min: float = 0,
+    cost_max: float | None = MAX_BUDGET_DOLLARS,
+) -> tuple[forms.IntegerField, forms.FloatField]:
+    """A start form's optional budget, `max_calls, max_cost = budget_fields()`: at most so many
+    calls (`calls_help` says which count) and so many dollars."""
+    return (
+        forms.IntegerField(
+            required=False, min_value=1, max_value=INT_FIELD_MAX, help_text=calls_help
+        ),
+        forms.FloatField(
+            required=False,
+            min_value=cost_min,
+            max_value=cost_max,
+            help_text="Stop after this many dollars.",
+        ),
+    )
+
+
 class RunForm(forms.Form):
     grader = forms.ModelChoiceField(queryset=Metagrader.objects.none())
     endpoint = forms.ModelChoiceField(queryset=JudgeEndpoint.objects.none(), label="Judge")
     split = forms.ChoiceField(choices=[(s, s) for s in Split.values if s != "unassigned"])
-    max_calls = forms.IntegerField(
-        required=False,
-        min_value=1,
-        max_value=INT_FIELD_MAX,
-        help_text="Stop after this many calls.",
-    )
-    max_cost = forms.FloatField(
-        required=False,
-        min_value=0,
-        max_value=MAX_BUDGET_DOLLARS,
-        help_text="Stop after this many dollars.",
-    )
+    max_calls, max_cost = budget_fields()
 
     def __init__(self, *args: object, project: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
@@ -134,12 +144,8 @@ class SearchForm(forms.Form):
         min_value=0, max_value=INT_FIELD_MAX, initial=0,
         help_text="The same seed repeats the same search.",
     )  # fmt: skip
-    max_calls = forms.IntegerField(
-        required=False, min_value=1, max_value=INT_FIELD_MAX,
-        help_text="Stop after this many judge and proposer calls.",
-    )  # fmt: skip
-    max_cost = forms.FloatField(
-        required=False, min_value=0, help_text="Stop after this many dollars."
+    max_calls, max_cost = budget_fields(
+        calls_help="Stop after this many judge and proposer calls.", cost_max=None
     )
 
     def __init__(self, *args: object, project: object, **kwargs: object) -> None:

@@ -56,6 +56,7 @@ from labeling.jobs import (
     job_cancel_requested,
     job_finish,
     job_progress,
+    job_requeue,
 )
 from labeling.models import AuthorKind, Job, JobStatus, Response, Rubric, Task
 from labeling.rubric_items import rubric_items_replace
@@ -516,15 +517,6 @@ def grading_run_resume(
     finished tasks and the cached judge answers stay."""
     from graders.tasks import grading_run_task
 
-    raised = {
-        name: value
-        for name, value in (("max_calls", max_calls), ("max_cost", max_cost))
-        if value is not None
-    }
     with transaction.atomic():
-        if raised:
-            GradingRun.objects.filter(pk=run.pk).update(**raised)
-        Job.objects.filter(pk=run.job_id).exclude(status__in=Job.ACTIVE).update(
-            status=JobStatus.QUEUED, cancel_requested=False, error="", finished_at=None
-        )
+        job_requeue(row=run, max_calls=max_calls, max_cost=max_cost)
         grading_run_task.delay_on_commit(run.pk)

@@ -41,6 +41,7 @@ from labeling.jobs import (
     job_budget_stop,
     job_create,
     job_progress,
+    job_resend,
     job_run_leased,
 )
 from labeling.models import Job, JobStatus, Preference, Project, Score, Split, Task
@@ -201,15 +202,10 @@ def search_run_execute(*, search_id: int) -> dict[str, Any]:
         except BudgetSpent:
             raise BudgetSpent(budget_spent_text(search_usage(search))) from None
 
-    def resend(countdown: float) -> None:
-        from graders.tasks import search_run_task
-
-        search_run_task.apply_async((search_id,), countdown=countdown)
-
     outcome = job_run_leased(
         job_id=search.job_id,
         work=work,
-        resend=resend,
+        resend=job_resend("graders.tasks.search_run_task", search_id),
         cancelled="Cancelled; the candidates graded so far are kept. Resume to go on.",
     )
     return {"search": search_id, **outcome}

@@ -29,6 +29,7 @@ from graders.search import (
     selection_problem,
 )
 from graders.services import grader_promote, grader_selected
+from graders.views import resume_with_budget, start_from_form
 from labeling.access import Perm, ProjectAccess, project_access
 from labeling.jobs import job_cancel
 from labeling.models import Job
@@ -50,17 +51,16 @@ WINNER_METRICS = (
 def searches_page(request: HttpRequest, slug: str) -> HttpResponse:
     access = project_access(user=request.user, slug=slug, perm=Perm.SEE_SOURCES)
     form = SearchForm(request.POST or None, project=access.project)
-    if request.method == "POST":
-        project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
-        if form.is_valid():
-            try:
-                search = search_start(
-                    project=access.project, user=request.user, **form.cleaned_data
-                )
-            except SearchInvalid as exc:
-                form.add_error(None, str(exc))
-            else:
-                return redirect("search", slug=slug, search_id=search.pk)
+    started = start_from_form(
+        request,
+        slug,
+        form,
+        start=lambda: search_start(project=access.project, user=request.user, **form.cleaned_data),
+        invalid=SearchInvalid,
+        then=lambda search: redirect("search", slug=slug, search_id=search.pk),
+    )
+    if started is not None:
+        return started
     context = {
         "access": access,
         "project": access.project,
@@ -109,17 +109,16 @@ def search_cancel(request: HttpRequest, slug: str, search_id: int) -> HttpRespon
 def search_resume_view(request: HttpRequest, slug: str, search_id: int) -> HttpResponse:
     access = project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
     search = _search_get(access, search_id)
-    if search.job.status not in Job.RESUMABLE:
-        messages.info(
-            request, "Only a stopped search (cancelled, failed or out of budget) can be resumed."
-        )
-        return redirect("search", slug=slug, search_id=search.pk)
-    form = ResumeBudgetForm(request.POST, limits=search, spent=search_usage(search))
-    if not form.is_valid():
-        return _search_render(request, access, search, resume_form=form, status=400)
-    search_resume(search=search, **form.cleaned_data)
-    messages.success(request, "Resumed: graded candidates and cached judge answers are kept.")
-    return redirect("search", slug=slug, search_id=search.pk)
+    return resume_with_budget(
+        request,
+        search,
+        spent=search_usage(search),
+        resume=lambda **budget: search_resume(search=search, **budget),
+        rerender=lambda form: _search_render(request, access, search, resume_form=form, status=400),
+        back=redirect("search", slug=slug, search_id=search.pk),
+        stopped_only="Only a stopped search (cancelled, failed or out of budget) can be resumed.",
+        resumed="Resumed: graded candidates and cached judge answers are kept.",
+    )
 
 
 @require_GET

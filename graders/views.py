@@ -2,6 +2,10 @@
 evaluation and traces, and the meta-evaluation of judges. Reviewers and admins see them;
 experts do not, so that judge opinions never reach a labeler."""
 
+from collections.abc import Callable
+from typing import Any
+
+from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -40,23 +44,24 @@ RUNS_PAGE = 20
 def graders_page(request: HttpRequest, slug: str) -> HttpResponse:
     access = project_access(user=request.user, slug=slug, perm=Perm.SEE_SOURCES)
     form = RunForm(request.POST or None, project=access.project)
-    if request.method == "POST":
-        project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
-        if form.is_valid():
-            try:
-                run = grading_run_start(
-                    project=access.project,
-                    metagrader=form.cleaned_data["grader"],
-                    endpoint=form.cleaned_data["endpoint"],
-                    split=form.cleaned_data["split"],
-                    max_calls=form.cleaned_data["max_calls"],
-                    max_cost=form.cleaned_data["max_cost"],
-                    user=request.user,
-                )
-            except RunInvalid as exc:
-                form.add_error(None, str(exc))
-            else:
-                return redirect("grading-run", slug=slug, run_id=run.pk)
+    started = start_from_form(
+        request,
+        slug,
+        form,
+        start=lambda: grading_run_start(
+            project=access.project,
+            metagrader=form.cleaned_data["grader"],
+            endpoint=form.cleaned_data["endpoint"],
+            split=form.cleaned_data["split"],
+            max_calls=form.cleaned_data["max_calls"],
+            max_cost=form.cleaned_data["max_cost"],
+            user=request.user,
+        ),
+        invalid=RunInvalid,
+        then=lambda run: redirect("grading-run", slug=slug, run_id=run.pk),
+    )
+    if started is not None:
+        return started
     context = {
         "access": access,
         "project": access.project,
@@ -207,12 +212,64 @@ def run_resume(request: HttpRequest, slug: str, run_id: int) -> HttpResponse:
     """Resume a stopped run, with its budget raised or kept (graders.forms.ResumeBudgetForm)."""
     access = project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
     run = _run_get(access.project, run_id)
-    if run.job.status not in Job.RESUMABLE:
-        messages.info(request, "Only a stopped run (cancelled, failed or out of budget) resumes.")
-        return redirect("grading-run", slug=slug, run_id=run.pk)
-    form = ResumeBudgetForm(request.POST, limits=run, spent=run.usage)
+    return resume_with_budget(
+        request,
+        run,
+        spent=run.usage,
+        resume=lambda **budget: grading_run_resume(run=run, **budget),
+        rerender=lambda form: _run_render(request, access, run, resume_form=form, status=400),
+        back=redirect("grading-run", slug=slug, run_id=run.pk),
+        stopped_only="Only a stopped run (cancelled, failed or out of budget) resumes.",
+        resumed="Resumed: finished tasks and cached judge answers are kept.",
+    )
+
+
+def start_from_form(
+    request: HttpRequest,
+    slug: str,
+    form: forms.Form,
+    *,
+    start: Callable[[], Any],
+    invalid: type[Exception],
+    then: Callable[[Any], HttpResponse],
+) -> HttpResponse | None:
+    """A list page's start form on a POST: the MANAGE check, then `start()` when the form is
+    valid and `then` with what it started. None when the page is to be rendered: a GET, or the
+    form with its errors (an `invalid` error from `start` is added to them)."""
+    if request.method != "POST":
+        return None
+    project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
     if not form.is_valid():
-        return _run_render(request, access, run, resume_form=form, status=400)
-    grading_run_resume(run=run, **form.cleaned_data)
-    messages.success(request, "Resumed: finished tasks and cached judge answers are kept.")
-    return redirect("grading-run", slug=slug, run_id=run.pk)
+        return None
+    try:
+        started = start()
+    except invalid as exc:
+        form.add_error(None, str(exc))
+        return None
+    return then(started)
+
+
+def resume_with_budget(
+    request: HttpRequest,
+    row: Any,
+    *,
+    spent: dict[str, float],
+    resume: Callable[..., None],
+    rerender: Callable[[ResumeBudgetForm], HttpResponse],
+    back: HttpResponse,
+    stopped_only: str,
+    resumed: str,
+) -> HttpResponse:
+    """A resume view's body, for a job's owner `row` (a grading run, search, synthesis run or
+    sweep): `back` with the `stopped_only` note unless its job is stopped; else the POSTed
+    budget (graders.forms.ResumeBudgetForm, against `spent`) `rerender`ed when invalid, or
+    `resume`d with it and `back` with the `resumed` note."""
+    if row.job.status not in Job.RESUMABLE:
+        messages.info(request, stopped_only)
+        return back
+    form = ResumeBudgetForm(request.POST, limits=row, spent=spent)
+    if not form.is_valid():
+        return rerender(form)
+    resume(**form.cleaned_data)
+    messages.success(request, resumed)
+    return back

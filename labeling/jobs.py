@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from labeling.models import Job, JobStatus, Project
 
@@ -173,6 +174,37 @@ def job_run_leased(
             raise
     job_finish(job=job, status=JobStatus.SUCCEEDED, result=result)
     return {"status": "succeeded"}
+
+
+def job_resend(task: str, *args: object) -> Callable[[float], object]:
+    """A `resend` for job_run_leased: the Celery task at dotted path `task` sent again with
+    `args` after the countdown. It is imported only when sent, as the tasks modules import the
+    code that runs the jobs."""
+
+    def resend(countdown: float) -> object:
+        return import_string(task).apply_async(args, countdown=countdown)
+
+    return resend
+
+
+def job_requeue(*, row: Any, max_calls: int | None = None, max_cost: float | None = None) -> bool:
+    """Make a stopped job's owner `row` (a model with `max_calls`, `max_cost` and `job_id`)
+    ready to resume: its budget raised where a figure is given (totals, what it spent
+    included), its job moved back to queued unless it is still active. Call it in a
+    transaction; whether the job was moved."""
+    raised = {
+        name: value
+        for name, value in (("max_calls", max_calls), ("max_cost", max_cost))
+        if value is not None
+    }
+    if raised:
+        type(row)._default_manager.filter(pk=row.pk).update(**raised)
+    moved = (
+        Job.objects.filter(pk=row.job_id)
+        .exclude(status__in=Job.ACTIVE)
+        .update(status=JobStatus.QUEUED, cancel_requested=False, error="", finished_at=None)
+    )
+    return moved > 0
 
 
 def job_cancel_requested(*, job: Job) -> bool:

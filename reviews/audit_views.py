@@ -16,10 +16,11 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import trigger_client_event
 
 from graders.engine.audit import GROUNDINGS, SPECIFICITIES
+from graders.forms import budget_fields
 from graders.models import JudgeEndpoint
 from labeling.access import Perm, ProjectAccess, project_access
 from labeling.jobs import job_cancel
-from labeling.models import INT_FIELD_MAX, AuthorKind, Job, Split
+from labeling.models import AuthorKind, Job, Split
 from reviews.audit import (
     AuditInvalid,
     audit_domains,
@@ -50,14 +51,8 @@ class AuditForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 3}),
         help_text="Instead of a split: task ids, one per line or separated by commas.",
     )
-    max_calls = forms.IntegerField(
-        required=False,
-        min_value=1,
-        max_value=INT_FIELD_MAX,
-        help_text="Stop after this many judge calls.",
-    )
-    max_cost = forms.FloatField(
-        required=False, min_value=0, help_text="Stop after this many dollars."
+    max_calls, max_cost = budget_fields(
+        calls_help="Stop after this many judge calls.", cost_max=None
     )
 
     def __init__(self, *args: Any, project: Any, **kwargs: Any) -> None:

@@ -36,6 +36,7 @@ from labeling.jobs import (
     LeaseLost,
     budget_spent_text,
     job_cancel_requested,
+    job_resend,
     job_run_leased,
 )
 from labeling.models import DrawOutcome, Job, Task
@@ -71,18 +72,10 @@ def synthesis_run_execute(*, run_id: int) -> dict[str, Any]:
         "job", "project", "synthesis", "writer", "user_simulator"
     ).get(pk=run_id)
 
-    def work(job: Job, heartbeat: JobHeartbeat) -> dict[str, Any]:
-        return SynthesisPass(run, job, heartbeat).execute()
-
-    def resend(countdown: float) -> None:
-        from graders.tasks import synthesis_run_task
-
-        synthesis_run_task.apply_async((run_id,), countdown=countdown)
-
     outcome = job_run_leased(
         job_id=run.job_id,
-        work=work,
-        resend=resend,
+        work=lambda job, heartbeat: SynthesisPass(run, job, heartbeat).execute(),
+        resend=job_resend("graders.tasks.synthesis_run_task", run_id),
         cancelled="Cancelled; the cells, rollouts and votes so far are kept. Resume to go on.",
     )
     return {"run": run_id, **outcome}

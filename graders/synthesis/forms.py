@@ -5,7 +5,7 @@ from typing import Any
 
 from django import forms
 
-from graders.forms import MAX_BUDGET_DOLLARS
+from graders.forms import budget_fields
 from graders.models import JudgeEndpoint, RolloutMode
 from graders.synthesis.runs import MAX_RETRIES, MAX_TURN_CAP
 from labeling.models import INT_FIELD_MAX, Dimension, Project, Split, Task
@@ -67,17 +67,8 @@ class SynthesisForm(forms.Form):
         help_text="Webhook mode: each job is POSTed here (no keys are sent).",
     )
     seed = forms.IntegerField(min_value=0, max_value=INT_FIELD_MAX, initial=0)
-    max_calls = forms.IntegerField(
-        required=False,
-        min_value=1,
-        max_value=INT_FIELD_MAX,
-        help_text="Stop after this many calls (all endpoints).",
-    )
-    max_cost = forms.FloatField(
-        required=False,
-        min_value=0.000001,
-        max_value=MAX_BUDGET_DOLLARS,
-        help_text="Stop after this many dollars.",
+    max_calls, max_cost = budget_fields(
+        calls_help="Stop after this many calls (all endpoints).", cost_min=0.000001
     )
 
     def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:

@@ -36,14 +36,24 @@ def cells_counts(run: SynthesisRun) -> CellsCounts:
     )
 
 
-def eta_text(*, done: int, left: int, seconds: float) -> str:
-    """ " · about N min left" from this pass's pace (`done` cells in `seconds`), or "" before
-    a first cell has finished."""
+def time_left(
+    done: int, left: int, seconds: float, *, minutes_from: float = 90, hours_from: float = 5400
+) -> str:
+    """ "about N min left" from a pass's pace (`done` units in `seconds`), in seconds below
+    `minutes_from` seconds left, in hours from `hours_from`; "" before a first unit has finished,
+    or when nothing is left."""
     if done <= 0 or left <= 0 or seconds <= 0:
         return ""
     remaining = left * seconds / done
-    if remaining < 90:
-        return f" · about {max(1, round(remaining))} s left"
-    if remaining < 5400:
-        return f" · about {round(remaining / 60)} min left"
-    return f" · about {remaining / 3600:.1f} h left"
+    if remaining < minutes_from:
+        return f"about {max(1, round(remaining))} s left"
+    if remaining < hours_from:
+        return f"about {round(remaining / 60)} min left"
+    return f"about {remaining / 3600:.1f} h left"
+
+
+def eta_text(*, done: int, left: int, seconds: float) -> str:
+    """ " · about N min left" for a run's stage (time_left), or "" before a first cell has
+    finished."""
+    text = time_left(done, left, seconds)
+    return f" · {text}" if text else ""

@@ -8,12 +8,10 @@ from django.db import transaction
 
 from graders.engine.synthesis.plan import cells_plan
 from graders.models import JudgeEndpoint, RolloutMode, SynthesisRun, SynthesisRunJudge
-from labeling.jobs import job_cancel, job_create
+from labeling.jobs import job_cancel, job_create, job_requeue
 from labeling.models import (
     INT_FIELD_MAX,
     Dimension,
-    Job,
-    JobStatus,
     Project,
     Split,
     Synthesis,
@@ -223,20 +221,8 @@ def synthesis_resume(
     what it spent included). Nothing stored is asked again: steering, rollouts and votes stay."""
     from graders.tasks import synthesis_run_task
 
-    raised = {
-        name: value
-        for name, value in (("max_calls", max_calls), ("max_cost", max_cost))
-        if value is not None
-    }
     with transaction.atomic():
-        if raised:
-            SynthesisRun.objects.filter(pk=run.pk).update(**raised)
-        requeued = (
-            Job.objects.filter(pk=run.job_id)
-            .exclude(status__in=Job.ACTIVE)
-            .update(status=JobStatus.QUEUED, cancel_requested=False, error="", finished_at=None)
-        )
-        if requeued:
+        if job_requeue(row=run, max_calls=max_calls, max_cost=max_cost):
             synthesis_run_task.delay_on_commit(run.pk)
 
 

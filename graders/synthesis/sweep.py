@@ -13,12 +13,10 @@ from typing import Any
 from django.db import transaction
 
 from graders.models import JudgeEndpoint, Metagrader, SynthesisSweep
-from labeling.jobs import job_create
+from labeling.jobs import job_create, job_requeue
 from labeling.models import (
     Annotator,
     DrawOutcome,
-    Job,
-    JobStatus,
     JudgeScore,
     Preference,
     Project,
@@ -180,15 +178,6 @@ def sweep_resume(
     sweep, what it spent included); the scores written and the cached answers stay."""
     from graders.tasks import synthesis_sweep_task
 
-    raised = {
-        name: value
-        for name, value in (("max_calls", max_calls), ("max_cost", max_cost))
-        if value is not None
-    }
     with transaction.atomic():
-        if raised:
-            SynthesisSweep.objects.filter(pk=sweep.pk).update(**raised)
-        Job.objects.filter(pk=sweep.job_id).exclude(status__in=Job.ACTIVE).update(
-            status=JobStatus.QUEUED, cancel_requested=False, error="", finished_at=None
-        )
+        job_requeue(row=sweep, max_calls=max_calls, max_cost=max_cost)
         synthesis_sweep_task.delay_on_commit(sweep.pk)

@@ -4,10 +4,10 @@ from typing import Any
 
 from django import forms
 
-from graders.forms import MAX_BUDGET_DOLLARS
+from graders.forms import budget_fields
 from graders.models import JudgeEndpoint, Metagrader
 from graders.synthesis.sweep import DEFAULT_RUNS, MAX_RUNS
-from labeling.models import INT_FIELD_MAX, Project, Synthesis
+from labeling.models import Project, Synthesis
 
 
 class SweepForm(forms.Form):
@@ -38,14 +38,7 @@ class SweepForm(forms.Form):
         min_value=1, max_value=MAX_RUNS, initial=DEFAULT_RUNS,
         help_text="Scores per response and evaluator; the spread across runs is its stability.",
     )  # fmt: skip
-    max_calls = forms.IntegerField(
-        required=False, min_value=1, max_value=INT_FIELD_MAX,
-        help_text="Stop after this many calls.",
-    )  # fmt: skip
-    max_cost = forms.FloatField(
-        required=False, min_value=0, max_value=MAX_BUDGET_DOLLARS,
-        help_text="Stop after this many dollars.",
-    )  # fmt: skip
+    max_calls, max_cost = budget_fields()
 
     def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -45,6 +45,7 @@ from graders.grading import run_budget
 from graders.judge_cache import DatabaseJudgeCache
 from graders.models import JudgeEndpoint, Metagrader, SynthesisSweep
 from graders.services import endpoint_settings
+from graders.synthesis.progress import time_left
 from graders.synthesis.sweep import SweepInvalid, kept_pairs
 from labeling.jobs import (
     BudgetSpent,
@@ -52,6 +53,7 @@ from labeling.jobs import (
     JobHeartbeat,
     budget_spent_text,
     job_cancel_requested,
+    job_resend,
     job_run_leased,
 )
 from labeling.models import Dimension, Job, JudgeScore, Response, Task
@@ -354,15 +356,8 @@ class _SweepPass:
 
 def eta_text(done_now: int, left: int, elapsed_s: float) -> str:
     """ "about 3 min left", from this pass's pace (units scored / seconds); "" before the
-    first unit, or when nothing is left."""
-    if done_now <= 0 or left <= 0 or elapsed_s <= 0:
-        return ""
-    seconds = left * elapsed_s / done_now
-    if seconds < 60:
-        return f"about {max(1, round(seconds))} s left"
-    if seconds < 3600:
-        return f"about {round(seconds / 60)} min left"
-    return f"about {seconds / 3600:.1f} h left"
+    first unit, or when nothing is left. A sweep counts minutes from 60 s and hours from 1 h."""
+    return time_left(done_now, left, elapsed_s, minutes_from=60, hours_from=3600)
 
 
 def sweep_execute(*, sweep_id: int) -> dict[str, Any]:
@@ -370,18 +365,10 @@ def sweep_execute(*, sweep_id: int) -> dict[str, Any]:
     times)."""
     sweep = SynthesisSweep.objects.select_related("job", "synthesis").get(pk=sweep_id)
 
-    def work(job: Job, heartbeat: JobHeartbeat) -> dict[str, Any]:
-        return _SweepPass(sweep, job, heartbeat).run()
-
-    def resend(countdown: float) -> None:
-        from graders.tasks import synthesis_sweep_task
-
-        synthesis_sweep_task.apply_async((sweep_id,), countdown=countdown)
-
     outcome = job_run_leased(
         job_id=sweep.job_id,
-        work=work,
-        resend=resend,
+        work=lambda job, heartbeat: _SweepPass(sweep, job, heartbeat).run(),
+        resend=job_resend("graders.tasks.synthesis_sweep_task", sweep_id),
         cancelled="Cancelled; the scores so far are kept. Resume to go on.",
     )
     return {"sweep": sweep_id, **outcome}

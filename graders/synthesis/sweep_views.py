@@ -4,7 +4,6 @@ not for labelers); only admins (Perm.MANAGE) start, cancel or resume."""
 
 from typing import Any
 
-from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
@@ -16,6 +15,7 @@ from graders.forms import ResumeBudgetForm
 from graders.models import SynthesisSweep
 from graders.synthesis.sweep import SweepInvalid, kept_pairs, sweep_resume, sweep_start
 from graders.synthesis.sweep_forms import SweepForm
+from graders.views import resume_with_budget, start_from_form
 from labeling.access import Perm, ProjectAccess, project_access
 from labeling.models import Job
 
@@ -29,15 +29,16 @@ def sweeps_page(request: HttpRequest, slug: str) -> HttpResponse:
     # ?synthesis=<pk> (the run page's link) picks that synthesis in the form.
     initial = {"synthesis": request.GET.get("synthesis")} if "synthesis" in request.GET else None
     form = SweepForm(request.POST or None, project=access.project, initial=initial)
-    if request.method == "POST":
-        project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
-        if form.is_valid():
-            try:
-                sweep = sweep_start(user=request.user, **form.cleaned_data)
-            except SweepInvalid as exc:
-                form.add_error(None, str(exc))
-            else:
-                return redirect("synthesis-sweep", slug=slug, sweep_id=sweep.pk)
+    started = start_from_form(
+        request,
+        slug,
+        form,
+        start=lambda: sweep_start(user=request.user, **form.cleaned_data),
+        invalid=SweepInvalid,
+        then=lambda sweep: redirect("synthesis-sweep", slug=slug, sweep_id=sweep.pk),
+    )
+    if started is not None:
+        return started
     sweeps = SynthesisSweep.objects.filter(project=access.project).select_related(
         "job", "synthesis"
     )
@@ -66,15 +67,16 @@ def sweep_page(request: HttpRequest, slug: str, sweep_id: int) -> HttpResponse:
 def sweep_resume_view(request: HttpRequest, slug: str, sweep_id: int) -> HttpResponse:
     access = project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
     sweep = _sweep_get(access, sweep_id)
-    if sweep.job.status not in Job.RESUMABLE:
-        messages.info(request, "Only a stopped sweep (cancelled, failed or out of budget) resumes.")
-        return redirect("synthesis-sweep", slug=slug, sweep_id=sweep.pk)
-    form = ResumeBudgetForm(request.POST, limits=sweep, spent=sweep.usage)
-    if not form.is_valid():
-        return _sweep_render(request, access, sweep, resume_form=form, status=400)
-    sweep_resume(sweep=sweep, **form.cleaned_data)
-    messages.success(request, "Resumed: the scores so far and cached judge answers are kept.")
-    return redirect("synthesis-sweep", slug=slug, sweep_id=sweep.pk)
+    return resume_with_budget(
+        request,
+        sweep,
+        spent=sweep.usage,
+        resume=lambda **budget: sweep_resume(sweep=sweep, **budget),
+        rerender=lambda form: _sweep_render(request, access, sweep, resume_form=form, status=400),
+        back=redirect("synthesis-sweep", slug=slug, sweep_id=sweep.pk),
+        stopped_only="Only a stopped sweep (cancelled, failed or out of budget) resumes.",
+        resumed="Resumed: the scores so far and cached judge answers are kept.",
+    )
 
 
 def _sweep_get(access: ProjectAccess, sweep_id: int) -> SynthesisSweep:

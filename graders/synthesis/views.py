@@ -24,6 +24,7 @@ from graders.synthesis.runs import (
     synthesis_start,
 )
 from graders.synthesis.selectors import cells_page, runs_list, syntheses_page
+from graders.views import resume_with_budget, start_from_form
 from labeling.access import Perm, ProjectAccess, project_access
 from labeling.imports import ImportRejected
 from labeling.models import Job
@@ -37,17 +38,18 @@ FINISHED_EVENT = "synthesis-finished"
 def synthesis_runs_page(request: HttpRequest, slug: str) -> HttpResponse:
     access = project_access(user=request.user, slug=slug, perm=Perm.SEE_SOURCES)
     form = SynthesisForm(request.POST or None, project=access.project)
-    if request.method == "POST":
-        project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
-        if form.is_valid():
-            try:
-                run = synthesis_start(
-                    project=access.project, user=request.user, **form.start_arguments()
-                )
-            except SynthesisInvalid as exc:
-                form.add_error(None, str(exc))
-            else:
-                return redirect("synthesis-run", slug=slug, run_id=run.pk)
+    started = start_from_form(
+        request,
+        slug,
+        form,
+        start=lambda: synthesis_start(
+            project=access.project, user=request.user, **form.start_arguments()
+        ),
+        invalid=SynthesisInvalid,
+        then=lambda run: redirect("synthesis-run", slug=slug, run_id=run.pk),
+    )
+    if started is not None:
+        return started
     syntheses, synthesis_rows = syntheses_page(
         project=access.project, page=request.GET.get("syntheses_page")
     )
@@ -95,15 +97,16 @@ def synthesis_run_cancel(request: HttpRequest, slug: str, run_id: int) -> HttpRe
 def synthesis_run_resume(request: HttpRequest, slug: str, run_id: int) -> HttpResponse:
     access = project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
     run = _run_get(access, run_id)
-    if run.job.status not in Job.RESUMABLE:
-        messages.info(request, "Only a stopped run (cancelled, failed or out of budget) resumes.")
-        return redirect("synthesis-run", slug=slug, run_id=run.pk)
-    form = ResumeBudgetForm(request.POST, limits=run, spent=run.usage)
-    if not form.is_valid():
-        return _run_render(request, access, run, resume_form=form, status=400)
-    synthesis_resume(run=run, **form.cleaned_data)
-    messages.success(request, "Resumed: stored steering, rollouts and votes are kept.")
-    return redirect("synthesis-run", slug=slug, run_id=run.pk)
+    return resume_with_budget(
+        request,
+        run,
+        spent=run.usage,
+        resume=lambda **budget: synthesis_resume(run=run, **budget),
+        rerender=lambda form: _run_render(request, access, run, resume_form=form, status=400),
+        back=redirect("synthesis-run", slug=slug, run_id=run.pk),
+        stopped_only="Only a stopped run (cancelled, failed or out of budget) resumes.",
+        resumed="Resumed: stored steering, rollouts and votes are kept.",
+    )
 
 
 @require_GET
