@@ -94,7 +94,6 @@ def server_start(
         # The fake judge is on loopback: allowed exactly, as `make run` allows its own.
         JUDGE_PRIVATE_HOSTS=urlsplit(judge_url).netloc,
         DEBUG="0",
-        SECRET_KEY="bench-" + "k" * 60,
         SECURE_SSL_REDIRECT="0",
         LOG_LEVEL="WARNING",
         CONN_MAX_AGE=str(conn_max_age),

@@ -59,3 +59,19 @@ def test_the_tests_enqueue_on_a_broker_folder_of_their_own() -> None:
     assert settings.BROKER_DIR == settings.VAR_DIR / "test-broker"
     folders = settings.CELERY_BROKER_TRANSPORT_OPTIONS
     assert folders["data_folder_in"] == str(settings.VAR_DIR / "test-broker" / "queue")
+
+
+def test_the_benches_load_the_settings_with_debug_off() -> None:
+    """bench/database.bench_environment gives the benches' own processes a key: with DEBUG
+    off by default, settings refused to load and every bench stopped at django.setup()."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "SECRET_KEY")}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    code = (
+        "from bench.database import bench_environment; bench_environment(); import django; "
+        "django.setup(); from django.conf import settings; print(settings.DEBUG)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
