@@ -7,11 +7,9 @@ DEFAULT_URL = "postgres://workbench:workbench@127.0.0.1:5432/workbench_bench"
 
 
 def bench_environment() -> None:
-    """Settings as production runs them: DEBUG off (so no query log grows in memory), which
-    needs a key of its own; a bench's servers inherit both."""
+    """Settings as production runs them: DEBUG off, so no query log grows in memory."""
     os.environ.setdefault("DATABASE_URL", DEFAULT_URL)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    os.environ.setdefault("SECRET_KEY", "bench-" + "k" * 60)
 
 
 def bench_database_fresh() -> str:

@@ -11,6 +11,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 
+from config.secret_key import secret_key_kept
 from graders.engine.egress import DEFAULT_KEY_HOSTS
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -28,14 +29,16 @@ def env_list(name: str, default: str) -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
-DEFAULT_SECRET_KEY = "insecure-development-key-change-me"
-SECRET_KEY = os.environ.get("SECRET_KEY", DEFAULT_SECRET_KEY)
+# Unset: a random key kept in var/secret_key (config/secret_key.py). Web processes on several
+# hosts must share one: set it. The development key earlier versions published is refused.
+PUBLISHED_SECRET_KEY = "insecure-development-key-change-me"
+SECRET_KEY = os.environ.get("SECRET_KEY") or secret_key_kept(VAR_DIR / "secret_key")
 # Off unless set: its pages show tracebacks, settings and URL patterns. `make run` sets DEBUG=1.
 DEBUG = env_bool("DEBUG", False)
-if not DEBUG and SECRET_KEY == DEFAULT_SECRET_KEY:
+if not DEBUG and SECRET_KEY == PUBLISHED_SECRET_KEY:
     raise ImproperlyConfigured(
-        "DEBUG is off: set SECRET_KEY to a long random value (or DEBUG=1 on a development "
-        "checkout, as `make run` does)."
+        "DEBUG is off and SECRET_KEY is the published development key: set SECRET_KEY to a "
+        "long random value, or leave it unset for a key kept in var/secret_key."
     )
 # Debug pages mask URL passwords (scheme://user:password@) in every setting and variable.
 DEFAULT_EXCEPTION_REPORTER_FILTER = "config.debug_pages.UrlPasswordFilter"

@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -62,8 +63,8 @@ def test_the_tests_enqueue_on_a_broker_folder_of_their_own() -> None:
 
 
 def test_the_benches_load_the_settings_with_debug_off() -> None:
-    """bench/database.bench_environment gives the benches' own processes a key: with DEBUG
-    off by default, settings refused to load and every bench stopped at django.setup()."""
+    """With DEBUG off by default and no SECRET_KEY, settings once refused to load, and every
+    bench stopped at django.setup()."""
     env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "SECRET_KEY")}
     env.pop("DJANGO_SETTINGS_MODULE", None)
     code = (
@@ -75,3 +76,28 @@ def test_the_benches_load_the_settings_with_debug_off() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
+
+
+def test_with_no_secret_key_a_checkout_keeps_one_random_key(tmp_path: Path) -> None:
+    """A bare `manage.py` command on a checkout works with DEBUG off: the key is made once in
+    the var folder, owner-only, and every later process reads the same one."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "SECRET_KEY")}
+    env |= {"DJANGO_SETTINGS_MODULE": "config.settings", "WORKBENCH_VAR_DIR": str(tmp_path)}
+    show = "from django.conf import settings; print(settings.SECRET_KEY)"
+    keys = []
+    for _ in range(2):
+        result = subprocess.run(
+            [sys.executable, "manage.py", "shell", "-v", "0", "-c", show],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        keys.append(result.stdout.strip())
+    kept = tmp_path / "secret_key"
+    assert keys[0] == keys[1] == kept.read_text() and len(keys[0]) >= 50
+    assert kept.stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+    result = subprocess.run(
+        [sys.executable, "manage.py", "makemigrations", "--check", "--dry-run"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
