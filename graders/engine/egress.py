@@ -22,6 +22,7 @@ default port of the URL's scheme (443 for https, 80 for http). JUDGE_PRIVATE_HOS
 always name the port: they open exactly one service.
 """
 
+import functools
 import ipaddress
 import socket
 from collections.abc import Iterable, Mapping
@@ -233,7 +234,11 @@ class EgressPolicy:
     def check(self, url: str, api_key_env: str | None) -> Target:
         """Refuse (EgressRefused) a URL or key variable the policy does not allow, by the URL
         alone: an IP address in it is checked, a name's addresses are not looked up (see
-        `check_resolved` and `check_addresses`)."""
+        `check_resolved` and `check_addresses`). Remembered per policy, URL and variable: a
+        reward request checks its endpoint twice (its settings, then its judge client)."""
+        return _checked(self, url, api_key_env)
+
+    def _check(self, url: str, api_key_env: str | None) -> Target:
         target = self.target(url)
         if api_key_env:
             self._key_check(api_key_env, target)
@@ -308,6 +313,12 @@ class EgressPolicy:
             f"{target} {what}; a judge may call one only if the operator allows exactly "
             f"{target} in {PRIVATE_HOSTS_SETTING}",
         )
+
+
+@functools.lru_cache(maxsize=256)
+def _checked(policy: EgressPolicy, url: str, api_key_env: str | None) -> Target:
+    """EgressPolicy.check, remembered (a refusal raises again, uncached: nothing is stored)."""
+    return policy._check(url, api_key_env)
 
 
 def _is_ip(host: str) -> bool:

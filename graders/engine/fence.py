@@ -33,8 +33,8 @@ fence_draw), so that those prompts also share their opening.
 import hashlib
 import re
 import unicodedata
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 NONCE_HEX_DIGITS = 16
 # U+2039 SINGLE LEFT-POINTING ANGLE QUOTATION MARK: reads like "<" to a person, is not one.
@@ -63,6 +63,8 @@ class Fence:
     """The delimiters of one rendered prompt."""
 
     nonce: str
+    # The texts fence_draw neutralized, by text, so that wrapping them does not do it again.
+    neutralized: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def opening(self) -> str:
@@ -74,7 +76,10 @@ class Fence:
 
     def wrap(self, text: str) -> str:
         """`text` neutralized and placed between this prompt's delimiters."""
-        return f"{self.opening}\n{data_neutralize(text)}\n{self.closing}"
+        neutral = self.neutralized.get(text)
+        if neutral is None:
+            neutral = data_neutralize(text)
+        return f"{self.opening}\n{neutral}\n{self.closing}"
 
     def notice(self) -> str:
         """The system-message paragraph that tells the judge how to read fenced text."""
@@ -105,6 +110,14 @@ def data_neutralize(text: str) -> str:
     return ANGLE_RUN.sub(_run_lookalike, text) if "<<<" in text else text
 
 
+def _neutralized_get(neutralized: dict[str, str], text: str) -> str:
+    """`text` neutralized, from `neutralized` or into it."""
+    neutral = neutralized.get(text)
+    if neutral is None:
+        neutral = neutralized[text] = data_neutralize(text)
+    return neutral
+
+
 def _run_lookalike(run: re.Match[str]) -> str:
     return LOOKALIKE * len(run.group())
 
@@ -133,9 +146,12 @@ def fence_draw(texts: Sequence[str], derive_from: Sequence[str] | None = None) -
     opening, so a server that caches prompt prefixes (llama.cpp, OpenAI and others) reuses them
     across the task's responses. Safety does not rest on the nonce being secret: data cannot
     hold `<<<` at all."""
-    pieces = [data_neutralize(text) for text in texts]
+    neutralized = {text: data_neutralize(text) for text in texts}
+    pieces = [neutralized[text] for text in texts]
     digest = hashlib.sha256()
-    for piece in pieces if derive_from is None else [data_neutralize(t) for t in derive_from]:
+    for piece in (
+        pieces if derive_from is None else [_neutralized_get(neutralized, t) for t in derive_from]
+    ):
         # Length-prefixed, so that ("ab", "c") and ("a", "bc") hash apart.
         digest.update(f"{len(piece)}:".encode())
         digest.update(piece.encode())
@@ -146,5 +162,5 @@ def fence_draw(texts: Sequence[str], derive_from: Sequence[str] | None = None) -
         candidate.update(f"attempt:{attempt}".encode())
         nonce = candidate.hexdigest()[:NONCE_HEX_DIGITS]
         if not any(nonce in view for view in views):
-            return Fence(nonce)
+            return Fence(nonce, neutralized)
         attempt += 1

@@ -20,7 +20,7 @@ A ratio with a zero denominator is None, never 0.
 """
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from math import comb
 from typing import Any
@@ -159,66 +159,19 @@ class Funnel:
     def as_json(self) -> dict[str, Any]:
         """The `synthesis_funnel --json` document (FORMATS.md), with extra keys: failed and
         pending draws, rejections per subset, cost, stages and the position audit."""
-
-        def retry_json(row: RetryRow) -> dict[str, Any]:
-            return {
-                "retry": row.retry,
-                "draws": row.draws,
-                "kept": row.kept,
-                "rejected": row.rejected,
-                "failed": row.failed,
-                "pending": row.pending,
-                "retention": row.retention,
-                "cumulative_retention": row.cumulative_retention,
-            }
-
-        total = retry_json(self.total)
+        total = asdict(self.total)
         del total["retry"]
         return {
             "cells": self.cells,
             "draws": self.draws,
             "kept": self.kept,
-            "by_retry": [retry_json(row) for row in self.by_retry],
+            "by_retry": [asdict(row) for row in self.by_retry],
             "total": total,
-            "by": {
-                axis: [
-                    {
-                        "value": row.value,
-                        "cells": row.cells,
-                        "filled": row.filled,
-                        "draws": row.draws,
-                        "rejected": row.rejected,
-                        "retention": row.retention,
-                        "cumulative_retention": row.cumulative_retention,
-                        "draws_per_kept": row.draws_per_kept,
-                    }
-                    for row in rows
-                ]
-                for axis, rows in self.by.items()
-            },
+            "by": {axis: [asdict(row) for row in rows] for axis, rows in self.by.items()},
             "cost": self.cost,
             "cost_per_kept": self.cost_per_kept,
-            "stages": [
-                {
-                    "stage": row.stage,
-                    "calls": row.calls,
-                    "tokens": row.tokens,
-                    "calls_per_kept": row.calls_per_kept,
-                    "tokens_per_kept": row.tokens_per_kept,
-                }
-                for row in self.stages
-            ],
-            "position": [
-                {
-                    "axis": row.axis,
-                    "value": row.value,
-                    "votes": row.votes,
-                    "better_in_slot_2": row.better_in_slot_2,
-                    "share": row.share,
-                    "p_value": row.p_value,
-                }
-                for row in self.position
-            ],
+            "stages": [asdict(row) for row in self.stages],
+            "position": [asdict(row) for row in self.position],
         }
 
 

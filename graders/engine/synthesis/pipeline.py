@@ -4,7 +4,7 @@ retry what was vetoed (DESIGN.md section 11, PADME Algorithm 1)."""
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Protocol
 
 from graders.engine.judge import ChatResult
 from graders.engine.programs import Judge, gather_all
@@ -27,6 +27,7 @@ from graders.engine.synthesis.types import (
     Steering,
     SynthesisTask,
     Vote,
+    spent_fields,
 )
 
 # A judge that states no verdict is asked this many more times before it counts as a veto.
@@ -190,7 +191,7 @@ class _Run:
             except SteerInvalid as invalid:
                 error = str(invalid)
                 continue
-            return replace(steering, **_spent(results))
+            return replace(steering, **spent_fields(results))
         raise _CellFailed(f"steering writer: {error} (still after one re-ask)")
 
     async def draw(
@@ -259,15 +260,4 @@ class _Run:
                 break
         agrees = None if choice is None else choice == higher
         answers = tuple(result.text or "" for result in results)
-        return Vote(position, name, agrees, order, answers, **_spent(results))
-
-
-def _spent(results: Sequence[ChatResult]) -> dict[str, Any]:
-    """The Spent fields of a value made by these calls."""
-    return {
-        "cost": sum(result.cost for result in results),
-        "calls": len(results),
-        "tokens_in": sum(result.tokens_in for result in results),
-        "tokens_out": sum(result.tokens_out for result in results),
-        "latency_s": sum(result.latency_s for result in results),
-    }
+        return Vote(position, name, agrees, order, answers, **spent_fields(results))

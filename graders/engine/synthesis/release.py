@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-LEVELS = ("bad", "ok", "good")
+from graders.engine.synthesis.types import LEVELS
+
 BLIND_KEYS = ("id", "criterion_name", "criterion_description", "prompt", "response_1", "response_2")
 
 

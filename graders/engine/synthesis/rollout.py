@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from graders.engine.judge import ChatRequest, ChatResult, Message
 from graders.engine.programs import DocumentInput, Judge, documents_render
-from graders.engine.synthesis.types import Rollout, SynthesisTask
+from graders.engine.synthesis.types import Rollout, SynthesisTask, spent_fields
 
 AGENT_SYSTEM = (
     "You are an assistant helping a user with their request. Use the documents below where "
@@ -180,12 +180,4 @@ class _Spending:
     def rollout(
         self, *, content: str | None = None, messages: list[dict[str, Any]] | None = None
     ) -> Rollout:
-        return Rollout(
-            content=content,
-            messages=messages,
-            cost=sum(result.cost for result in self.results),
-            calls=len(self.results),
-            tokens_in=sum(result.tokens_in for result in self.results),
-            tokens_out=sum(result.tokens_out for result in self.results),
-            latency_s=sum(result.latency_s for result in self.results),
-        )
+        return Rollout(content=content, messages=messages, **spent_fields(self.results))

@@ -4,8 +4,11 @@ Pure data: no Django, no I/O. The Django side builds DimensionSpec and Synthesis
 and stores Steering, Rollout and Vote; the engine never sees a database.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from graders.engine.judge import ChatResult
 
 Level = Literal["bad", "ok", "good"]
 SlotOrder = Literal["ab", "ba"]
@@ -51,6 +54,17 @@ class Spent:
     # Seconds the calls took once sent, in sequence (queueing excluded): how far this value
     # moved its cell along; the pipeline serves cells that have come furthest first.
     latency_s: float = 0.0
+
+
+def spent_fields(results: Sequence[ChatResult]) -> dict[str, Any]:
+    """The Spent fields (those of a Rollout too) of a value made by these calls."""
+    return {
+        "cost": sum(result.cost for result in results),
+        "calls": len(results),
+        "tokens_in": sum(result.tokens_in for result in results),
+        "tokens_out": sum(result.tokens_out for result in results),
+        "latency_s": sum(result.latency_s for result in results),
+    }
 
 
 @dataclass(frozen=True)

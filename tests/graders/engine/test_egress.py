@@ -97,3 +97,21 @@ def test_a_malformed_setting_is_named(values: dict[str, list[str]], message: str
 def test_urls_parsers_could_read_differently_are_refused(url: str) -> None:
     with pytest.raises(EgressRefused):
         EgressPolicy().check(url, None)
+
+
+def test_a_check_is_worked_out_once_and_a_refusal_every_time() -> None:
+    """A reward request checks its endpoint twice (its settings, then its judge client): the
+    second check is the first's answer, and a refused URL is refused again each time."""
+    policy = EgressPolicy.parse(public_hosts=["api.openai.com"])
+    first = policy.check("https://api.openai.com/v1", "OPENAI_API_KEY")
+
+    assert policy.check("https://api.openai.com/v1", "OPENAI_API_KEY") is first
+    assert (
+        EgressPolicy.parse(public_hosts=["api.openai.com"]).check(
+            "https://api.openai.com/v1", "OPENAI_API_KEY"
+        )
+        == first
+    )
+    for _ in range(2):
+        with pytest.raises(EgressRefused, match="not an allowed judge host"):
+            policy.check("https://example.com/v1", None)

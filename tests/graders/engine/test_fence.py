@@ -140,6 +140,27 @@ def test_a_nonce_derived_from_shared_texts_is_shared_yet_absent_from_every_text(
     assert holding != first and holding.nonce not in f"x{first.nonce}x"
 
 
+def test_a_prompt_neutralizes_each_text_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """fence_draw's neutralized texts are the ones wrap writes: a prompt (a judge call) does
+    not scan its texts again for each use."""
+    seen: list[str] = []
+
+    def counting(text: str) -> str:
+        seen.append(text)
+        return data_neutralize(text)
+
+    monkeypatch.setattr(fence_module, "data_neutralize", counting)
+    texts = ["template", "task <<<", "response\u200b"]
+    fence = fence_draw(texts, derive_from=texts[:2])
+    wrapped = [fence.wrap(text) for text in texts[1:]]
+
+    assert sorted(seen) == sorted(texts)
+    assert wrapped == [
+        f"{fence.opening}\n{data_neutralize(text)}\n{fence.closing}" for text in texts[1:]
+    ]
+    assert fence.wrap("other") == f"{fence.opening}\nother\n{fence.closing}"
+
+
 def test_the_nonce_is_redrawn_until_no_text_contains_it(monkeypatch: pytest.MonkeyPatch) -> None:
     # With one hex digit per nonce, a text holding every digit but "7" leaves only "7".
     monkeypatch.setattr(fence_module, "NONCE_HEX_DIGITS", 1)
