@@ -77,6 +77,7 @@ class RowCellStore:
         self._votes: dict[tuple[str, int, int], Vote] = {}
         # A harness's rollouts (webhook or imported) report no tokens: unknown, not zero.
         self._rollout_tokens_known = run.mode in (RolloutMode.SINGLE, RolloutMode.CONVERSATION)
+        self._annotator: Annotator | None = None  # the constructed labels', on first need
         self._load()
 
     def _load(self) -> None:
@@ -247,7 +248,9 @@ class RowCellStore:
         """The constructed label a draw implies once it has both rollouts, whatever the
         judges make of it (FORMATS.md, as an import of the draw writes it): the higher
         level's response is preferred. The validation reads it for vetoed draws too."""
-        annotator = synthetic_annotator(self.run)
+        if self._annotator is None:
+            self._annotator = synthetic_annotator(self.run)
+        annotator = self._annotator
         if not Preference.objects.filter(
             response_a_id=draw.low_response_id,
             response_b_id=draw.high_response_id,
