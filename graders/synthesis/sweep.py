@@ -13,9 +13,9 @@ from typing import Any
 from django.db import transaction
 
 from graders.models import JudgeEndpoint, Metagrader, SynthesisSweep
+from graders.synthesis.store import synthetic_annotator
 from labeling.jobs import job_create, job_requeue
 from labeling.models import (
-    Annotator,
     DrawOutcome,
     JudgeScore,
     Preference,
@@ -145,9 +145,7 @@ def synthesis_labels_ensure(*, synthesis: Synthesis) -> int:
     so the meta-evaluation reads the kept pairs as labeled whether an import or a run of this
     product made them. A pair that has a current label from that annotator keeps it. Returns
     the number written."""
-    annotator, _ = Annotator.objects.get_or_create(
-        project=synthesis.project, name=synthesis.external_id
-    )
+    annotator = synthetic_annotator(synthesis)
     labeled = {
         (min(a, b), max(a, b), dimension)
         for a, b, dimension in Preference.objects.filter(
