@@ -224,17 +224,18 @@ def _search_render(
     """The page or one fragment. The status fragment, polled every second, reads only the
     job and the spending; the results are read for the page and their own fragment."""
     job = search.job
+    usage = search_usage(search)
     context: dict[str, Any] = {
         "access": access,
         "project": access.project,
         "can_manage": access.can(Perm.MANAGE),
         "search": search,
         "job": job,
-        "usage": search_usage(search),
+        "usage": usage,
         "judge_usage": search_judge_usage(search),
         "elapsed": _elapsed(job.started_at, job.finished_at),
         "resumable": job.status in Job.RESUMABLE,
-        "resume_form": resume_form or ResumeBudgetForm(limits=search, spent=search_usage(search)),
+        "resume_form": resume_form or ResumeBudgetForm(limits=search, spent=usage),
     }
     if fragment != STATUS_FRAGMENT:
         context |= _results_context(access, search)

@@ -31,6 +31,7 @@ from labeling.models import (
     Preference,
     Provider,
     Response,
+    Synthesis,
     SynthesisCell,
     SynthesisDraw,
     SynthesisVote,
@@ -45,10 +46,10 @@ def rollout_response_id(run: SynthesisRun, cell: str, retry: int, level: str) ->
     return f"{run.synthesis.external_id}/{cell}/{retry}/{hashlib.sha256(material).hexdigest()[:10]}"
 
 
-def synthetic_annotator(run: SynthesisRun) -> Annotator:
+def synthetic_annotator(synthesis: Synthesis) -> Annotator:
     """The constructed labels' annotator: the synthesis, by its id (FORMATS.md)."""
     annotator, _ = Annotator.objects.get_or_create(
-        project=run.project, name=run.synthesis.external_id
+        project_id=synthesis.project_id, name=synthesis.external_id
     )
     return annotator
 
@@ -77,6 +78,7 @@ class RowCellStore:
         self._votes: dict[tuple[str, int, int], Vote] = {}
         # A harness's rollouts (webhook or imported) report no tokens: unknown, not zero.
         self._rollout_tokens_known = run.mode in (RolloutMode.SINGLE, RolloutMode.CONVERSATION)
+        self._annotator: Annotator | None = None  # the constructed labels', on first need
         self._load()
 
     def _load(self) -> None:
@@ -247,7 +249,9 @@ class RowCellStore:
         """The constructed label a draw implies once it has both rollouts, whatever the
         judges make of it (FORMATS.md, as an import of the draw writes it): the higher
         level's response is preferred. The validation reads it for vetoed draws too."""
-        annotator = synthetic_annotator(self.run)
+        if self._annotator is None:
+            self._annotator = synthetic_annotator(self.run.synthesis)
+        annotator = self._annotator
         if not Preference.objects.filter(
             response_a_id=draw.low_response_id,
             response_b_id=draw.high_response_id,

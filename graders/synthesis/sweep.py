@@ -13,16 +13,15 @@ from typing import Any
 from django.db import transaction
 
 from graders.models import JudgeEndpoint, Metagrader, SynthesisSweep
+from graders.synthesis.kept_pairs import kept_draws
+from graders.synthesis.store import synthetic_annotator
 from labeling.jobs import job_create, job_requeue
 from labeling.models import (
-    Annotator,
-    DrawOutcome,
     JudgeScore,
     Preference,
     Project,
     Provider,
     Synthesis,
-    SynthesisDraw,
 )
 
 SWEEP_JOB = "synthesis_sweep"
@@ -49,13 +48,9 @@ def evaluator_name(endpoint: JudgeEndpoint, metagrader: Metagrader | None = None
 def kept_pairs(synthesis: Synthesis) -> list[tuple[int, int, int, int]]:
     """(low response, high response, dimension, task) of each kept draw with both responses."""
     return list(
-        SynthesisDraw.objects.filter(
-            cell__synthesis=synthesis,
-            outcome=DrawOutcome.KEPT,
-            low_response__isnull=False,
-            high_response__isnull=False,
-        )
-        .order_by("cell__external_id", "retry")
+        kept_draws(synthesis=synthesis)
+        .select_related(None)
+        .prefetch_related(None)
         .values_list("low_response_id", "high_response_id", "cell__dimension_id", "cell__task_id")
     )
 
@@ -79,7 +74,7 @@ def sweep_start(
     if not 1 <= runs <= MAX_RUNS:
         raise SweepInvalid(f"runs must be from 1 to {MAX_RUNS}, not {runs}")
     evaluators = _evaluators(project, judges, graders, grader_endpoint)
-    if not kept_pairs(synthesis):
+    if not kept_draws(synthesis=synthesis).exists():
         raise SweepInvalid(f"synthesis {synthesis.external_id!r} has no kept pair with responses")
     synthesis_labels_ensure(synthesis=synthesis)
     job = job_create(kind=SWEEP_JOB, project=project, user=user)
@@ -145,9 +140,7 @@ def synthesis_labels_ensure(*, synthesis: Synthesis) -> int:
     so the meta-evaluation reads the kept pairs as labeled whether an import or a run of this
     product made them. A pair that has a current label from that annotator keeps it. Returns
     the number written."""
-    annotator, _ = Annotator.objects.get_or_create(
-        project=synthesis.project, name=synthesis.external_id
-    )
+    annotator = synthetic_annotator(synthesis)
     labeled = {
         (min(a, b), max(a, b), dimension)
         for a, b, dimension in Preference.objects.filter(

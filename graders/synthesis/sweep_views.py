@@ -13,7 +13,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from graders.evaluation import meta_eval_rows
 from graders.forms import ResumeBudgetForm
 from graders.models import SynthesisSweep
-from graders.synthesis.sweep import SweepInvalid, kept_pairs, sweep_resume, sweep_start
+from graders.synthesis.kept_pairs import kept_draws
+from graders.synthesis.sweep import SweepInvalid, sweep_resume, sweep_start
 from graders.synthesis.sweep_forms import SweepForm
 from graders.views import resume_with_budget, start_from_form
 from labeling.access import Perm, ProjectAccess, project_access
@@ -103,7 +104,7 @@ def _sweep_render(
         "project": access.project,
         "sweep": sweep,
         "job": sweep.job,
-        "pairs": len(kept_pairs(sweep.synthesis)),
+        "pairs": kept_draws(synthesis=sweep.synthesis).count(),
         "can_manage": access.can(Perm.MANAGE),
         "evaluators": [{**e, "row": rows.get(e["name"])} for e in sweep.evaluators],
         "resumable": sweep.job.status in Job.RESUMABLE,

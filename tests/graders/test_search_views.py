@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from graders.engine.baseline import baseline_program
@@ -538,3 +540,18 @@ def test_the_start_form_suggests_a_small_search_for_the_local_demo_judge(
     form = SearchForm(project=judge.project)
     assert form.fields["n"].initial == LOCAL_DEMO_N == 1
     assert "local demo judge" in form.fields["n"].help_text
+
+
+def test_the_polled_status_reads_the_grading_runs_usage_twice_at_most(
+    search: SearchRun, admin_user: User
+) -> None:
+    """The status fragment, polled every second, shows the search's spending and holds it in
+    the resume form: its grading runs' usage is read for the judge figures and the total, not
+    once more for the form."""
+    admin = logged_in(admin_user)
+    status = {"HX-Request": "true", "HX-Target": "search-status"}
+    table = GradingRun._meta.db_table
+    with CaptureQueriesContext(connection) as queries:
+        assert admin.get(url("search", search.pk), headers=status).status_code == 200
+    usage_reads = [q for q in queries if f'"{table}"."usage" AS "usage" FROM "{table}"' in q["sql"]]
+    assert len(usage_reads) == 2

@@ -4,6 +4,8 @@ primary keys (the grading page posts to grade/<response pk>/) follow neither the
 which rollout finished first."""
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from graders.engine.synthesis.types import Rollout
 from graders.models import SynthesisRun
@@ -11,7 +13,7 @@ from graders.synthesis.execute import synthesis_run_execute
 from graders.synthesis.rollers import open_jobs
 from graders.synthesis.runs import synthesis_start
 from graders.synthesis.store import RowCellStore, rollout_response_id
-from labeling.models import Project, Response, SynthesisDraw
+from labeling.models import Annotator, Preference, Project, Provider, Response, SynthesisDraw
 from tests.fakes.openai_server import FakeJudgeServer
 from tests.graders.synthesis.scripted import Script, start_arguments, synthesis_project
 
@@ -78,3 +80,18 @@ def test_a_draws_responses_are_created_together_in_hashed_id_order(
         for d in SynthesisDraw.objects.filter(cell__synthesis=steered.synthesis)
     }
     assert lower_first == {True, False}
+
+
+def test_a_store_looks_its_annotator_up_once_for_every_label(steered: SynthesisRun) -> None:
+    """Each draw with both rollouts gets its constructed label; the synthesis's annotator is
+    fetched for the first of them only, not once per draw."""
+    store = _store(steered)
+    table = Annotator._meta.db_table
+    with CaptureQueriesContext(connection) as queries:
+        for cell in sorted(store.cells.values(), key=lambda c: c.external_id):
+            for level in (cell.low_level, cell.high_level):
+                store.rollout_save(cell.external_id, 0, level, Rollout(f"{level} text", None))
+    assert len([q for q in queries if f'FROM "{table}"' in q["sql"]]) == 1
+    labels = Preference.objects.filter(provider=Provider.SYNTHETIC)
+    assert labels.values("annotator").distinct().count() == 1
+    assert labels.count() == len(store.cells)
