@@ -761,8 +761,15 @@ class _Writer:
             errors[key] = c.error
             self.undrawn_lines[key] = line
         cells = self._cells_upsert(wanted)
-        for key, error in errors.items():
-            SynthesisCell.objects.filter(pk=cells[key]).exclude(error=error).update(error=error)
+        held: dict[int, str] = {}
+        for chunk in batched(cells.values(), 5000):
+            held.update(SynthesisCell.objects.filter(pk__in=chunk).values_list("pk", "error"))
+        changed = [
+            SynthesisCell(pk=cells[key], error=error)
+            for key, error in errors.items()
+            if held[cells[key]] != error
+        ]
+        SynthesisCell.objects.bulk_update(changed, ["error"], batch_size=2000)
 
     def _draw_resolved(
         self,

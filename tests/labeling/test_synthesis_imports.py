@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from labeling.exports import labels_records
 from labeling.imports import ImportRejected, jsonl_import
@@ -236,3 +238,28 @@ def test_an_undrawn_cell_with_a_draw_is_an_error(project: Project, tmp_path: Pat
         "cell",
         "cell 'c4' has a draw, but synthesis 's1' on line 6 lists it among its undrawn cells",
     ) in found
+
+
+def with_undrawn_cells(records: list[Any], count: int, error: str) -> list[Any]:
+    for record in records:
+        if record["type"] == "synthesis":
+            record["undrawn_cells"] = [
+                {"id": f"u{i}", "task": "a2", "dimension": "friendliness",
+                 "levels": ["bad", "ok"], "error": error}
+                for i in range(count)
+            ]  # fmt: skip
+    return records
+
+
+def test_undrawn_cells_errors_are_written_without_a_query_per_cell(db: Any, tmp_path: Path) -> None:
+    queries = []
+    for count in (1, 6):
+        project = Project.objects.create(slug=f"p{count}", name=f"P{count}")
+        imported(project, tmp_path, with_undrawn_cells(synthesis_records(), count, "first"))
+        with CaptureQueriesContext(connection) as captured:
+            imported(project, tmp_path, with_undrawn_cells(synthesis_records(), count, "second"))
+        queries.append(len(captured))
+        errors = SynthesisCell.objects.filter(synthesis__project=project, draws__isnull=True)
+        assert set(errors.values_list("error", flat=True)) == {"second"}
+        assert errors.count() == count
+    assert queries[0] == queries[1]
