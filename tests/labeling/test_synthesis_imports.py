@@ -263,3 +263,11 @@ def test_undrawn_cells_errors_are_written_without_a_query_per_cell(db: Any, tmp_
         assert set(errors.values_list("error", flat=True)) == {"second"}
         assert errors.count() == count
     assert queries[0] == queries[1]
+
+
+def test_implied_preferences_are_written_together(project: Project, tmp_path: Path) -> None:
+    with CaptureQueriesContext(connection) as captured:
+        imported(project, tmp_path, synthesis_records())
+    inserts = [q for q in captured if q["sql"].startswith('INSERT INTO "labeling_preference"')]
+    assert Preference.objects.filter(provider="synthetic", annotator__name="s1").count() == 3
+    assert len(inserts) == 1
