@@ -10,6 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from labeling.exports import labels_records
+from labeling.exports import synthesis_records as synthesis_records_exported
 from labeling.imports import ImportRejected, jsonl_import
 from labeling.models import Preference, Project, SynthesisCell, SynthesisDraw, SynthesisVote
 from tests.labeling.helpers import db_state, synthesis_records, write_jsonl
@@ -271,3 +272,25 @@ def test_implied_preferences_are_written_together(project: Project, tmp_path: Pa
     inserts = [q for q in captured if q["sql"].startswith('INSERT INTO "labeling_preference"')]
     assert Preference.objects.filter(provider="synthetic", annotator__name="s1").count() == 3
     assert len(inserts) == 1
+
+
+def test_the_export_reads_undrawn_cells_once_for_every_synthesis(
+    project: Project, tmp_path: Path
+) -> None:
+    imported(project, tmp_path, with_undrawn_cell(synthesis_records()))
+    with CaptureQueriesContext(connection) as one:
+        first = list(synthesis_records_exported(project=project))
+    more = [
+        {"type": "synthesis", "id": f"s{n}", "judges": ["j1"],
+         "undrawn_cells": [{"id": "u", "task": "a2", "dimension": "friendliness",
+                            "levels": ["ok", "good"]}]}
+        for n in (2, 3)
+    ]  # fmt: skip
+    imported(project, tmp_path, more)
+    with CaptureQueriesContext(connection) as three:
+        exported = list(synthesis_records_exported(project=project))
+    assert exported[:1] == first[:1]
+    assert [r["undrawn_cells"] for r in exported[1:3]] == [
+        [{"id": "u", "task": "a2", "dimension": "friendliness", "levels": ["ok", "good"]}]
+    ] * 2
+    assert len(three) == len(one)
