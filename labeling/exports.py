@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from itertools import batched
 from typing import Any
 
+from django.db.models import Prefetch
+
 from labeling.models import (
     CriterionGrade,
     Dimension,
@@ -20,6 +22,7 @@ from labeling.models import (
     Rubric,
     Score,
     Synthesis,
+    SynthesisCell,
     SynthesisDraw,
     Task,
 )
@@ -157,12 +160,16 @@ def synthesis_records(*, project: Project) -> Iterator[dict[str, Any]]:
     optional extensions (votes' slot order and answers, outcome, error, usage) that make a
     generated synthesis round-trip. Steering text is not exported: labels files reach people
     who label."""
-    for synthesis in Synthesis.objects.filter(project=project).order_by("pk"):
-        undrawn = (
-            synthesis.cells.filter(draws__isnull=True)
-            .select_related("task", "dimension")
-            .order_by("external_id")
-        )
+    undrawn = Prefetch(
+        "cells",
+        queryset=SynthesisCell.objects.filter(draws__isnull=True)
+        .select_related("task", "dimension")
+        .order_by("external_id"),
+        to_attr="undrawn",
+    )
+    for synthesis in (
+        Synthesis.objects.filter(project=project).prefetch_related(undrawn).order_by("pk")
+    ):
         yield _without_defaults(
             {
                 "type": "synthesis",
@@ -181,7 +188,7 @@ def synthesis_records(*, project: Project) -> Iterator[dict[str, Any]]:
                         },
                         {"agent": "", "error": ""},
                     )
-                    for cell in undrawn
+                    for cell in synthesis.undrawn
                 ],
             },
             {"undrawn_cells": []},

@@ -761,8 +761,15 @@ class _Writer:
             errors[key] = c.error
             self.undrawn_lines[key] = line
         cells = self._cells_upsert(wanted)
-        for key, error in errors.items():
-            SynthesisCell.objects.filter(pk=cells[key]).exclude(error=error).update(error=error)
+        held: dict[int, str] = {}
+        for chunk in batched(cells.values(), 5000):
+            held.update(SynthesisCell.objects.filter(pk__in=chunk).values_list("pk", "error"))
+        changed = [
+            SynthesisCell(pk=cells[key], error=error)
+            for key, error in errors.items()
+            if held[cells[key]] != error
+        ]
+        SynthesisCell.objects.bulk_update(changed, ["error"], batch_size=2000)
 
     def _draw_resolved(
         self,
@@ -919,41 +926,60 @@ class _Writer:
         # Votes are replaced whole per draw, so a shorter cascade leaves no stale vote behind.
         SynthesisVote.objects.filter(draw_id__in=votes_new).delete()
         SynthesisVote.objects.bulk_create([v for group in votes_new.values() for v in group])
-        for line, _r, synthesis, fields, (low, high), _ in resolved:
-            if low is not None and high is not None:
-                self._implied_preference(line, synthesis, fields[0], fields[1], low, high)
-
-    def _implied_preference(
-        self, line: int, synthesis: Synthesis, task: int, dimension: int, low: int, high: int
-    ) -> None:
-        """The synthetic preference a draw implies (its higher-level response wins), written
-        unless it is already held; one that says otherwise is an error, wherever it came from."""
-        annotator = self.annotators_by_name({synthesis.external_id})[synthesis.external_id]
-        new = Preference(
-            task_id=task,
-            response_a_id=low,
-            response_b_id=high,
-            choice="b",
-            dimension_id=dimension,
-            provider="synthetic",
-            annotator_id=annotator,
+        self._implied_preferences(
+            [
+                (line, synthesis, fields[0], fields[1], low, high)
+                for line, _r, synthesis, fields, (low, high), _ in resolved
+                if low is not None and high is not None
+            ]
         )
-        old = Preference.objects.filter(
-            Q(response_a_id=low, response_b_id=high) | Q(response_a_id=high, response_b_id=low),
-            dimension_id=dimension,
-            annotator_id=annotator,
-            is_current=True,
-        ).first()
-        if old is None:
-            new.save()
-        elif preference_winner(old) != high or old.provider != "synthetic":
-            self.errors.add(
-                line,
-                "responses",
-                f"the draw implies a synthetic preference for the second response on its "
-                f"dimension, but a {old.provider} preference by {synthesis.external_id!r} on "
-                "the same pair says otherwise",
+
+    def _implied_preferences(self, draws: list[tuple[int, Synthesis, int, int, int, int]]) -> None:
+        """The synthetic preference each draw (line, synthesis, task, dimension, low, high)
+        implies (its higher-level response wins), written unless it is already held; one that
+        says otherwise is an error, wherever it came from. One read and one write for all."""
+        if not draws:
+            return
+        annotators = self.annotators_by_name({synthesis.external_id for _, synthesis, *_ in draws})
+        pks = {pk for *_, low, high in draws for pk in (low, high)}
+        held = {
+            (
+                min(p.response_a_id, p.response_b_id),
+                max(p.response_a_id, p.response_b_id),
+                p.dimension_id,
+                p.annotator_id,
+            ): p
+            for p in Preference.objects.filter(
+                Q(response_a_id__in=pks) | Q(response_b_id__in=pks),
+                annotator_id__in=annotators.values(),
+                is_current=True,
             )
+        }
+        new = []
+        for line, synthesis, task, dimension, low, high in draws:
+            annotator = annotators[synthesis.external_id]
+            key = (min(low, high), max(low, high), dimension, annotator)
+            old = held.get(key)
+            if old is None:
+                held[key] = Preference(
+                    task_id=task,
+                    response_a_id=low,
+                    response_b_id=high,
+                    choice="b",
+                    dimension_id=dimension,
+                    provider="synthetic",
+                    annotator_id=annotator,
+                )
+                new.append(held[key])
+            elif preference_winner(old) != high or old.provider != "synthetic":
+                self.errors.add(
+                    line,
+                    "responses",
+                    f"the draw implies a synthetic preference for the second response on its "
+                    f"dimension, but a {old.provider} preference by {synthesis.external_id!r} on "
+                    "the same pair says otherwise",
+                )
+        Preference.objects.bulk_create(new)
 
     def synthesis_cells_check(self) -> None:
         """Across each written cell's draws, held ones included: retries run 0, 1, ... with no

@@ -85,8 +85,10 @@ def queue_build(
     A synthesis draw's responses (its low and high rollouts) are left out: paired with other
     responses of their task they would compare rollouts of other cells and dimensions. Their
     own pairs reach the queue pinned, by the synthesis validation (queue_pairs_pin)."""
-    in_draw = Q(Exists(SynthesisDraw.objects.filter(low_response=OuterRef("pk")))) | Q(
-        Exists(SynthesisDraw.objects.filter(high_response=OuterRef("pk")))
+    in_draw = Exists(
+        SynthesisDraw.objects.filter(
+            Q(low_response=OuterRef("pk")) | Q(high_response=OuterRef("pk"))
+        )
     )
     responses: dict[int, list[int]] = {}
     for task_id, response_id in (

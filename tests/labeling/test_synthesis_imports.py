@@ -6,8 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from labeling.exports import labels_records
+from labeling.exports import synthesis_records as synthesis_records_exported
 from labeling.imports import ImportRejected, jsonl_import
 from labeling.models import Preference, Project, SynthesisCell, SynthesisDraw, SynthesisVote
 from tests.labeling.helpers import db_state, synthesis_records, write_jsonl
@@ -236,3 +239,58 @@ def test_an_undrawn_cell_with_a_draw_is_an_error(project: Project, tmp_path: Pat
         "cell",
         "cell 'c4' has a draw, but synthesis 's1' on line 6 lists it among its undrawn cells",
     ) in found
+
+
+def with_undrawn_cells(records: list[Any], count: int, error: str) -> list[Any]:
+    for record in records:
+        if record["type"] == "synthesis":
+            record["undrawn_cells"] = [
+                {"id": f"u{i}", "task": "a2", "dimension": "friendliness",
+                 "levels": ["bad", "ok"], "error": error}
+                for i in range(count)
+            ]  # fmt: skip
+    return records
+
+
+def test_undrawn_cells_errors_are_written_without_a_query_per_cell(db: Any, tmp_path: Path) -> None:
+    queries = []
+    for count in (1, 6):
+        project = Project.objects.create(slug=f"p{count}", name=f"P{count}")
+        imported(project, tmp_path, with_undrawn_cells(synthesis_records(), count, "first"))
+        with CaptureQueriesContext(connection) as captured:
+            imported(project, tmp_path, with_undrawn_cells(synthesis_records(), count, "second"))
+        queries.append(len(captured))
+        errors = SynthesisCell.objects.filter(synthesis__project=project, draws__isnull=True)
+        assert set(errors.values_list("error", flat=True)) == {"second"}
+        assert errors.count() == count
+    assert queries[0] == queries[1]
+
+
+def test_implied_preferences_are_written_together(project: Project, tmp_path: Path) -> None:
+    with CaptureQueriesContext(connection) as captured:
+        imported(project, tmp_path, synthesis_records())
+    inserts = [q for q in captured if q["sql"].startswith('INSERT INTO "labeling_preference"')]
+    assert Preference.objects.filter(provider="synthetic", annotator__name="s1").count() == 3
+    assert len(inserts) == 1
+
+
+def test_the_export_reads_undrawn_cells_once_for_every_synthesis(
+    project: Project, tmp_path: Path
+) -> None:
+    imported(project, tmp_path, with_undrawn_cell(synthesis_records()))
+    with CaptureQueriesContext(connection) as one:
+        first = list(synthesis_records_exported(project=project))
+    more = [
+        {"type": "synthesis", "id": f"s{n}", "judges": ["j1"],
+         "undrawn_cells": [{"id": "u", "task": "a2", "dimension": "friendliness",
+                            "levels": ["ok", "good"]}]}
+        for n in (2, 3)
+    ]  # fmt: skip
+    imported(project, tmp_path, more)
+    with CaptureQueriesContext(connection) as three:
+        exported = list(synthesis_records_exported(project=project))
+    assert exported[:1] == first[:1]
+    assert [r["undrawn_cells"] for r in exported[1:3]] == [
+        [{"id": "u", "task": "a2", "dimension": "friendliness", "levels": ["ok", "good"]}]
+    ] * 2
+    assert len(three) == len(one)
