@@ -16,9 +16,9 @@ from django.test import Client
 from hypothesis import HealthCheck, settings
 
 from config.wsgi import application
+from graders.aliases import alias_promote
 from graders.engine.programs import KINDS
 from graders.models import JudgeEndpoint
-from graders.aliases import alias_promote
 from graders.services import grader_promote
 from graders.tokens import token_create
 from labeling.models import Project, Task
