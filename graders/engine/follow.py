@@ -27,9 +27,10 @@ workbench never moves an alias across kinds; a trainer's setup depends on the ki
 
 Outbound requests obey `egress` (egress.py) as the judge client does: the URL is checked
 before anything is sent, and every connection's resolved addresses are checked by the
-aiohttp resolver of judge_http.JudgeTransport. Redirects are not followed, so the token
-goes only where the URL says. Versions replaced by a switch are kept (a group may still be
-grading with one) until `close()`.
+aiohttp resolver the judge's connections use (judge_http.EgressResolver); a refusal is an
+EgressRefused. Redirects are not followed, so the token goes only where the URL says.
+Versions replaced by a switch are kept (a group may still be grading with one) until
+`close()`.
 """
 
 import asyncio
@@ -40,11 +41,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import aiohttp
 import httpx
+from httpx_aiohttp.transport import map_aiohttp_exceptions
 
 from graders.engine.bundle import Grader, load_bundle
 from graders.engine.egress import EgressPolicy
-from graders.engine.judge_http import JudgeTransport, ssl_context
+from graders.engine.judge_http import EgressResolver, ssl_context
 from graders.engine.reward import excerpt
 
 DEFAULT_RECHECK_S = 60.0
@@ -90,6 +93,10 @@ class FollowedGrader:
             raise ValueError("recheck_seconds must be 0 (every call) or more")
         if egress is not None:
             egress.check(url, None)
+            if workbench_transport is not None and (
+                getattr(workbench_transport, "egress", None) != egress
+            ):
+                raise ValueError("the workbench transport does not enforce the egress policy")
         self.url = url
         self.recheck_seconds = recheck_seconds
         self.pinned_hash = pinned_hash
@@ -241,43 +248,57 @@ class FollowedGrader:
         headers = {"Authorization": f"Bearer {self._token}", "Accept": "application/json"}
         if etag is not None:
             headers["If-None-Match"] = f'"{etag}"'
-        request = httpx.Request(
-            "GET",
-            self.url,
-            headers=headers,
-            extensions={"timeout": httpx.Timeout(self.timeout_s).as_dict()},
-        )
         if self.egress is not None:
             self.egress.check(self.url, None)
-        transport = self._transport or JudgeTransport(
-            max_connections=1, ssl_context=ssl_context(), egress=self.egress
-        )
         try:
-            reply = await transport.handle_async_request(request)
-            content = await reply.aread()
+            status, reply_headers, content = await self._get(headers)
         except httpx.HTTPError as exc:
             raise FollowFailed(f"GET {self.url} failed: {exc!r}") from exc
-        finally:
-            if self._transport is None:
-                await transport.aclose()
-        if reply.status_code == 304 and etag is not None:
+        if status == 304 and etag is not None:
             return None
-        if reply.status_code != 200:
-            said = _detail(content)
-            raise FollowFailed(f"GET {self.url} answered {reply.status_code}: {said}")
+        if status != 200:
+            raise FollowFailed(f"GET {self.url} answered {status}: {_detail(content)}")
         try:
             data = json.loads(content)
         except ValueError as exc:
             raise FollowFailed(f"GET {self.url} did not answer JSON: {exc}") from None
         if not isinstance(data, dict):
             raise FollowFailed(f"GET {self.url} answered {excerpt(data)}, not a bundle")
-        tag = reply.headers.get("ETag", "").removeprefix("W/").strip('"')
+        tag = reply_headers.get("ETag", "").removeprefix("W/").strip('"')
         stated = (data.get("grader") or {}).get("content_hash")
         if tag and tag != stated:
             raise FollowFailed(
                 f"GET {self.url}: the ETag names {tag} but the bundle is {excerpt(stated)}"
             )
         return data
+
+    async def _get(self, headers: Mapping[str, str]) -> tuple[int, Mapping[str, str], bytes]:
+        """One GET of the URL: through the caller's transport, else a one-connection aiohttp
+        session whose resolver enforces the egress policy (judge_http.EgressResolver, as
+        the judge client's connections do). Failures are the httpx exceptions."""
+        if self._transport is not None:
+            request = httpx.Request(
+                "GET",
+                self.url,
+                headers=headers,
+                extensions={"timeout": httpx.Timeout(self.timeout_s).as_dict()},
+            )
+            reply = await self._transport.handle_async_request(request)
+            return reply.status_code, reply.headers, await reply.aread()
+        connector = aiohttp.TCPConnector(
+            limit=1,
+            ssl=ssl_context(),
+            resolver=EgressResolver(self.egress) if self.egress is not None else None,
+        )
+        async with aiohttp.ClientSession(connector=connector) as session:
+            with map_aiohttp_exceptions():
+                async with session.get(
+                    self.url,
+                    headers=headers,
+                    allow_redirects=False,
+                    timeout=aiohttp.ClientTimeout(total=self.timeout_s),
+                ) as response:
+                    return response.status, response.headers, await response.read()
 
 
 def _detail(content: bytes) -> str:
@@ -299,8 +320,9 @@ def follow_alias(
     **options: Any,
 ) -> FollowedGrader:
     """A FollowedGrader with its first version loaded, so a wrong URL, token or pin fails
-    here, before training starts (FollowFailed, FollowRefused, BundleInvalid). Call it
-    outside an event loop; inside one, make a FollowedGrader and await current_async().
+    here, before training starts (FollowFailed, FollowRefused, BundleInvalid,
+    EgressRefused). Call it outside an event loop; inside one, make a FollowedGrader and
+    await current_async().
     `options` are FollowedGrader's."""
     follower = FollowedGrader(
         url, token, recheck_seconds=recheck_seconds, pinned_hash=pinned_hash, **options
