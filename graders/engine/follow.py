@@ -235,12 +235,11 @@ class FollowedGrader:
         self._retired.append(old)
         self._grader = new
         _log.info(
-            "grader alias %s moved: %s -> %s (%s); the next groups are graded by %s",
+            "grader alias %s moved: %s -> %s (%s); the next groups are graded by the new version",
             self.url,
             old.info.content_hash,
             found,
             new.name,
-            found,
         )
 
     async def _fetch(self, etag: str | None) -> Mapping[str, Any] | None:
