@@ -84,6 +84,9 @@ MAX_QUERIES = 1024  # an OpenRLHF batch, which holds many groups
 MAX_TOOL_CALLS = 100
 # Beyond this, ids cannot name a row in any database we run on; they get 404, not a crash.
 MAX_ROW_ID = 2**63 - 1
+# Every answer carries the grader version's content hash here too, for clients that log
+# headers but not bodies.
+VERSION_HEADER = "X-Grader-Version"
 
 
 def reward_max_bytes() -> int:
@@ -562,7 +565,6 @@ def _answered(
     return response
 
 
-VERSION_HEADER = "X-Grader-Version"
 ERRORS = {
     400: ErrorOut,  # or field errors: {"<field>": ["..."]}, nested for nested fields
     401: ErrorOut,

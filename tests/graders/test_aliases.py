@@ -1,12 +1,16 @@
 """Grader aliases: promotion and rollback (graders/aliases.py), the reward API and the bundle
 by alias, the version hash in every reward answer, and the aliases panel of the grader page."""
 
+import contextlib
+import itertools
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.core.cache import cache
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
@@ -146,6 +150,42 @@ def test_a_promotion_whose_record_fails_leaves_the_alias_where_it_was(
     # All or nothing: the alias did not move, and no alias was made without its first move.
     assert GraderAlias.objects.get().metagrader == a
     assert AliasMove.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_promotions_each_record_the_version_they_really_replaced(
+    judged_project: Project, versions: list[Metagrader]
+) -> None:
+    """Threads promote at once, the first ones racing to make the alias: the history must
+    still be one chain, each move starting where the one before it ended."""
+    made: list[AliasMove] = []
+
+    def promote(order: list[Metagrader]) -> None:
+        try:
+            for grader in order * 3:
+                # AliasInvalid: it already pointed there, so there is nothing to record.
+                with contextlib.suppress(AliasInvalid):
+                    move = alias_promote(
+                        project=judged_project, name="production", metagrader=grader
+                    )
+                    made.append(move)
+        finally:
+            connection.close()
+
+    threads = [
+        threading.Thread(target=promote, args=[versions[shift:] + versions[:shift]])
+        for shift in range(3)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    moves = list(AliasMove.objects.order_by("pk"))
+    assert len(moves) == len(made) >= 3
+    assert moves[0].from_metagrader is None
+    for before, after in itertools.pairwise(moves):
+        assert after.from_metagrader_id == before.to_metagrader_id
+    assert GraderAlias.objects.get().metagrader_id == moves[-1].to_metagrader_id
 
 
 def test_rollback_walks_back_through_promotions_and_is_recorded(
