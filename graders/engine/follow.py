@@ -15,7 +15,9 @@ Modified until the alias moves; then the new bundle is loaded (load_bundle check
 and a switch is logged with both hashes. Re-checks happen only when a trainer adapter asks
 for the version to grade its next call with (trainers.py), never while a call is being
 graded, so every group is graded by the version it started with: a switch falls between
-groups, never inside one. `recheck_seconds=0` re-checks before every call.
+groups, never inside one, for every call that holds whole groups (a per-sample call holds
+one response of a group; trainers.py says what that means). `recheck_seconds=0` re-checks
+before every call.
 
 A failed re-check (the workbench down, a revoked token) is logged and the version in use is
 kept: training must not stop because the workbench blinked. Only the first load raises.

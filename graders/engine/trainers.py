@@ -26,7 +26,10 @@ has copy-paste examples.
 
 Each adapter takes a Grader or a FollowedGrader (follow.py, a workbench alias): the version is
 picked once per call (`_grader_now`), before any group of the call is graded, so a switch of
-the alias falls between calls and every group is graded by one version.
+the alias falls between calls. Where a call holds whole groups (TRL, verl's batch form, a
+batch given to OpenRLHF's function) every group is graded by one version. A per-sample call
+holds one response, so a switch may fall between two responses of one group there: pin the
+version (pinned_hash) for per-sample trainers.
 
 The reference answer a trainer may pass (ground_truth, labels) is never shown to the judge: a
 label is read only as a task id (or an object with one), as the rubric writer must not see one.
