@@ -3,11 +3,16 @@ OpenAPI schema that describes it."""
 
 from django.urls import path
 
-from graders.bundle_views import bundle_api
+from graders.bundle_views import bundle_alias_api, bundle_api
 from graders.reward_api import reward_urlpatterns, schema_view
 
 urlpatterns = [
     *reward_urlpatterns,
     path("p/<slug:slug>/graders/<int:grader_id>/bundle", bundle_api, name="api-bundle"),
+    path(
+        "p/<slug:slug>/graders/alias/<str:name>/bundle",
+        bundle_alias_api,
+        name="api-bundle-alias",
+    ),
     path("schema/", schema_view, name="api-schema"),
 ]

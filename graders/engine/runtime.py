@@ -2,8 +2,9 @@
 
     from graders.engine.runtime import load_bundle, TRLReward
 
-Bundles and the Grader live in bundle.py (the format is documented there); the TRL, verl and
-OpenRLHF reward functions in trainers.py; docs/trainers.md shows how to wire each one.
+Bundles and the Grader live in bundle.py (the format is documented there); a grader that
+follows a workbench alias (follow_alias) in follow.py; the TRL, verl and OpenRLHF reward
+functions in trainers.py, which take either; docs/trainers.md shows how to wire each one.
 """
 
 from graders.engine.bundle import (
@@ -18,6 +19,7 @@ from graders.engine.bundle import (
     prompt_text,
     response_input,
 )
+from graders.engine.follow import FollowedGrader, FollowFailed, FollowRefused, follow_alias
 from graders.engine.trainers import (
     TRLReward,
     openrlhf_reward_func,
@@ -30,10 +32,14 @@ __all__ = [
     "BUNDLE_VERSION",
     "BundleInfo",
     "BundleInvalid",
+    "FollowFailed",
+    "FollowRefused",
+    "FollowedGrader",
     "GradeResult",
     "Grader",
     "TRLReward",
     "documents_input",
+    "follow_alias",
     "load_bundle",
     "openrlhf_reward_func",
     "prompt_text",
