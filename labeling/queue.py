@@ -31,10 +31,13 @@ from labeling.models import (
     SynthesisDraw,
     Task,
 )
-from labeling.strategies import CandidatePair, QueueStrategy
+from labeling.strategies import CandidatePair, QueueStrategy, strategy_for
 
 LEASE = timedelta(minutes=10)
 CLAIM_ATTEMPTS = 5
+# What a strategy writes on a pair, and what its open slots copy.
+SLOT_RANK_FIELDS = ("priority", "probability", "pool")
+RANK_FIELDS = (*SLOT_RANK_FIELDS, "strategy")
 
 
 class LabelRejected(ValueError):
@@ -113,7 +116,7 @@ def queue_build(
             responses[task_id], pairs_per_task, random.Random(f"{seed}:{task_id}")
         )
     ]
-    priorities = strategy.priorities(candidates)
+    ranks = strategy.rank(candidates)
     total = 0
     for block, dimension in enumerate(dimensions):
         rows = [
@@ -124,10 +127,12 @@ def queue_build(
                 response_b_id=c.response_b,
                 dimension=dimension,
                 block=block,
-                priority=priority,
+                priority=rank.priority,
+                probability=rank.probability,
+                pool=rank.pool,
                 strategy=strategy.name,
             )
-            for c, priority in zip(candidates, priorities, strict=True)
+            for c, rank in zip(candidates, ranks, strict=True)
         ]
         for chunk in itertools.batched(rows, 2000):
             _pairs_upsert(project, list(chunk), dimension)
@@ -135,6 +140,7 @@ def queue_build(
         total += len(rows)
     _pinned_blocks_align(project, dimensions)
     _slots_fill(project)
+    _written_record(project, strategy)
     return total
 
 
@@ -219,10 +225,11 @@ def queue_pairs_pin(
             )
         elif row.overlap is None or row.overlap < overlap or row.strategy != strategy:
             row.overlap = max(overlap, row.overlap or 0, project.overlap)
-            row.strategy, row.priority = strategy, priority
+            # Pinned, not drawn: whatever chance a strategy gave the pair no longer applies.
+            row.strategy, row.priority, row.probability, row.pool = strategy, priority, None, None
             changed.append(row)
     QueuePair.objects.bulk_create(new, batch_size=2000)
-    QueuePair.objects.bulk_update(changed, ["overlap", "strategy", "priority"], batch_size=2000)
+    QueuePair.objects.bulk_update(changed, ["overlap", *RANK_FIELDS], batch_size=2000)
     _slots_fill(project)
     return len(pairs)
 
@@ -245,7 +252,7 @@ def _pairs_upsert(project: Project, rows: list[QueuePair], dimension: Dimension 
             row.pk = pk
             changed.append(row)
     QueuePair.objects.bulk_create(new)
-    QueuePair.objects.bulk_update(changed, ["block", "priority", "strategy"])
+    QueuePair.objects.bulk_update(changed, ["block", *RANK_FIELDS])
 
 
 def _pairs_prune(
@@ -266,21 +273,35 @@ def _pairs_prune(
 
 def _slots_fill(project: Project) -> None:
     """Give every pair its overlap in slots (its own, else the project's) and copy the pair's
-    ordering fields onto open slots."""
+    ordering and selection fields onto open slots."""
     slots: dict[int, int] = {}
     for pair_id in QueueSlot.objects.filter(project=project).values_list("pair_id", flat=True):
         slots[pair_id] = slots.get(pair_id, 0) + 1
     new = []
-    for pair_id, block, priority, overlap in QueuePair.objects.filter(project=project).values_list(
-        "pk", "block", "priority", "overlap"
-    ):
+    for pair_id, overlap in QueuePair.objects.filter(project=project).values_list("pk", "overlap"):
         for _ in range((overlap or project.overlap) - slots.get(pair_id, 0)):
-            new.append(QueueSlot(pair_id=pair_id, project=project, block=block, priority=priority))
+            new.append(QueueSlot(pair_id=pair_id, project=project))
     for chunk in itertools.batched(new, 5000):
         QueueSlot.objects.bulk_create(chunk)
+    _slots_sync(project)
+
+
+def _slots_sync(project: Project) -> None:
+    """Copy each pair's block and rank onto its open slots, where the claim reads them."""
     pair = QueuePair.objects.filter(pk=OuterRef("pair_id"))
     QueueSlot.objects.filter(project=project, done_at__isnull=True).update(
-        block=Subquery(pair.values("block")[:1]), priority=Subquery(pair.values("priority")[:1])
+        block=Subquery(pair.values("block")[:1]),
+        **{name: Subquery(pair.values(name)[:1]) for name in SLOT_RANK_FIELDS},
+    )
+
+
+def _written_record(project: Project, strategy: QueueStrategy) -> None:
+    """Note when priorities were written and by which strategy (the Queue page says so); the
+    label counter starts over, since these priorities already saw every label so far."""
+    Project.objects.filter(pk=project.pk).update(
+        queue_written_at=timezone.now(),
+        queue_written_strategy=strategy.name,
+        queue_labels_since_refresh=0,
     )
 
 
@@ -337,11 +358,14 @@ def pair_claim_next(*, project: Project, annotator: Annotator) -> QueueAssignmen
                 ).update(claimed_by=annotator, lease_until=now + LEASE)
                 if taken != 1:
                     continue  # someone else took it between our read and our update
+                # The slot carries the pair's selection chance: no read of the pair.
                 return QueueAssignment.objects.create(
                     pair_id=slot.pair_id,
                     annotator=annotator,
                     slot=slot,
                     slot_order=random.choice(("ab", "ba")),
+                    probability=slot.probability,
+                    pool=slot.pool,
                 )
         except IntegrityError:
             continue  # served to this annotator concurrently (another tab): try the next one
@@ -372,8 +396,13 @@ def label_submit(*, assignment: QueueAssignment, label: LabelInput) -> Preferenc
     choice = {"tie": "tie", "left": "a" if left_is_a else "b", "right": "b" if left_is_a else "a"}
     now = timezone.now()
     with transaction.atomic():
-        # Lock the assignment so that a retry racing the original submission serializes.
-        QueueAssignment.objects.select_for_update().filter(pk=assignment.pk).first()
+        # Lock the assignment so that a retry racing the original submission serializes; its
+        # submitted_at, read under the lock, tells a first label from a revision.
+        [submitted_at] = (
+            QueueAssignment.objects.select_for_update()
+            .filter(pk=assignment.pk)
+            .values_list("submitted_at", flat=True)
+        )
         new = Preference(
             task_id=pair.task_id,
             response_a_id=pair.response_a_id,
@@ -385,6 +414,8 @@ def label_submit(*, assignment: QueueAssignment, label: LabelInput) -> Preferenc
             annotator=assignment.annotator,
             slot_order=assignment.slot_order,
             seconds_spent=None if label.seconds is None else round(label.seconds, 2),
+            selection_probability=assignment.probability,
+            selection_pool=assignment.pool,
         )
         a, b = pair.response_a_id, pair.response_b_id
         current = Preference.objects.filter(
@@ -403,7 +434,90 @@ def label_submit(*, assignment: QueueAssignment, label: LabelInput) -> Preferenc
         QueueSlot.objects.filter(
             pk=assignment.slot_id, claimed_by=assignment.annotator, done_at__isnull=True
         ).update(done_at=now)
+        if submitted_at is None:
+            _labels_count(pair.project)
     return new
+
+
+def _labels_count(project: Project) -> None:
+    """Count a new label towards the next rewrite of priorities, and ask for one every
+    `queue_refresh_labels` labels. The reset is conditional, so of concurrent labels that reach
+    the threshold exactly one asks."""
+    if project.queue_refresh_labels == 0:
+        return
+    Project.objects.filter(pk=project.pk).update(
+        queue_labels_since_refresh=F("queue_labels_since_refresh") + 1
+    )
+    reached = Project.objects.filter(
+        pk=project.pk, queue_labels_since_refresh__gte=F("queue_refresh_labels")
+    ).update(queue_labels_since_refresh=0)
+    if reached:
+        queue_refresh_soon(project)
+
+
+# A refresh asked for this long ago and not yet started is taken as lost (a broker restart):
+# asking again enqueues a new one.
+QUEUE_REFRESH_STALE = timedelta(minutes=15)
+
+
+def queue_refresh_soon(project: Project) -> bool:
+    """Rewrite the project's priorities in the background, once this transaction commits;
+    nothing new when a refresh is already pending for the project. Returns whether this call
+    enqueued one."""
+    from labeling.tasks import queue_refresh_task
+
+    now = timezone.now()
+    asked = (
+        Project.objects.filter(pk=project.pk)
+        .filter(
+            Q(queue_refresh_requested_at__isnull=True)
+            | Q(queue_refresh_requested_at__lt=now - QUEUE_REFRESH_STALE)
+        )
+        .update(queue_refresh_requested_at=now)
+    )
+    if asked:
+        queue_refresh_task.delay_on_commit(project.pk)
+    return bool(asked)
+
+
+def queue_refresh(*, project: Project, seed: int = 0) -> int:
+    """Rewrite priority, probability and pool of the project's queued pairs that are not pinned,
+    with the strategy the project chose as it can run now (strategy_for): the same pairs, new
+    ranks. Each pair is ranked once and its rank applies to every dimension it is queued in.
+    Returns the number of queue rows rewritten."""
+    # Cleared before ranking, so labels arriving while the strategy computes can ask again.
+    Project.objects.filter(pk=project.pk).update(queue_refresh_requested_at=None)
+    strategy = strategy_for(project, seed=seed).strategy
+    with transaction.atomic():
+        queued = list(
+            QueuePair.objects.select_for_update()
+            .filter(project=project, overlap__isnull=True)
+            .order_by("task_id", "response_a_id", "response_b_id", "pk")
+            .values_list("pk", "task_id", "response_a_id", "response_b_id")
+        )
+        keys = list(dict.fromkeys((t, a, b) for _, t, a, b in queued))
+        tasks = {
+            pk: (split, domain)
+            for pk, split, domain in Task.objects.filter(
+                pk__in={t for t, _, _ in keys}
+            ).values_list("pk", "split", "domain")
+        }
+        candidates = [CandidatePair(t, *tasks[t], a, b) for t, a, b in keys]
+        ranks = dict(zip(keys, strategy.rank(candidates), strict=True))
+        rows = [
+            QueuePair(
+                pk=pk,
+                priority=ranks[(t, a, b)].priority,
+                probability=ranks[(t, a, b)].probability,
+                pool=ranks[(t, a, b)].pool,
+                strategy=strategy.name,
+            )
+            for pk, t, a, b in queued
+        ]
+        QueuePair.objects.bulk_update(rows, list(RANK_FIELDS), batch_size=2000)
+        _slots_sync(project)
+        _written_record(project, strategy)
+    return len(rows)
 
 
 def queue_blocks(*, project: Project) -> list[dict[str, Any]]:
