@@ -14,6 +14,7 @@ from django.urls import reverse
 
 from graders.active.committee import committee_for_project
 from graders.active.strategy import FALLBACK, WhichGraderWins
+from graders.charts import p_best_bars_svg
 from graders.models import Candidate, CandidateStatus, SearchRun
 from labeling.jobs import job_create
 from labeling.models import (
@@ -346,3 +347,13 @@ def test_label_these_next_makes_which_wins_the_queue_strategy_and_ranks_the_queu
     assert "10 queued pairs ranked" in client.post(action, follow=True).content.decode()
     assert {p.strategy for p in QueuePair.objects.filter(project=project)} == {"which_wins"}
     assert QueuePair.objects.filter(project=project, pool=9).count() == 9
+
+
+def test_the_p_best_chart_scales_bars_to_one_and_escapes_names() -> None:
+    svg = p_best_bars_svg([("even", 0.5), (HOSTILE, 1.0), ("over", 1.5)], threshold=0.9)
+    # The plot spans 640 - 180 - 24 = 436 units for P(best) 0 to 1, starting at x = 180.
+    widths = re.findall(r'<rect class="bar s0" x="180" y="\d+" width="([\d.]+)"', svg)
+    assert widths == ["218.0", "436.0", "436.0"]  # 0.5 * 436; a value past 1 is clamped
+    assert '<line class="axis" x1="572.4"' in svg  # 180 + 0.9 * 436: where P(best) decides
+    assert HOSTILE not in svg and "&lt;script&gt;alert(1)&lt;/script&gt;: P(best) 1.000" in svg
+    assert "style=" not in svg
