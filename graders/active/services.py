@@ -24,6 +24,7 @@ def which_wins_queue(*, project: Project) -> int:
         raise WhichWinsUnavailable(choice.fallback)
     Project.objects.filter(pk=project.pk).update(queue_strategy=NAME)
     project.queue_strategy = NAME
-    if QueuePair.objects.filter(project=project).exists():
+    # Pinned pairs (a synthesis validation's) keep their own order: only the others count.
+    if QueuePair.objects.filter(project=project, overlap__isnull=True).exists():
         return queue_refresh(project=project)
     return queue_build(project=project, strategy=choice.strategy, dimensions=[None])
