@@ -31,7 +31,7 @@ from labeling.models import (
     SynthesisDraw,
     Task,
 )
-from labeling.strategies import CandidatePair, QueueStrategy, strategy_for
+from labeling.strategies import CandidatePair, QueueStrategy, strategy_for, strategy_specs
 
 LEASE = timedelta(minutes=10)
 CLAIM_ATTEMPTS = 5
@@ -550,3 +550,23 @@ def queue_progress(*, project: Project, annotator: Annotator | None = None) -> d
             annotator=annotator, submitted_at__isnull=False
         ).count()
     return progress
+
+
+def queue_settings_set(
+    *, project: Project, strategy: str, epsilon: float, refresh_labels: int
+) -> bool:
+    """Choose the project's queue strategy, its random share and its refresh count. Returns
+    whether the strategy or the share changed, that is whether the queued priorities are now
+    stale (the caller rewrites them: a build does, the Queue page asks for a refresh)."""
+    names = [spec.name for spec in strategy_specs()]
+    if strategy not in names:
+        raise ValueError(f"unknown queue strategy {strategy!r}; choose one of {', '.join(names)}")
+    if not 0 <= epsilon <= 1:
+        raise ValueError("the random share must be between 0 and 1")
+    if refresh_labels < 0:
+        raise ValueError("the refresh count cannot be negative")
+    ranking_changed = (strategy, epsilon) != (project.queue_strategy, project.queue_epsilon)
+    project.queue_strategy, project.queue_epsilon = strategy, epsilon
+    project.queue_refresh_labels = refresh_labels
+    project.save(update_fields=["queue_strategy", "queue_epsilon", "queue_refresh_labels"])
+    return ranking_changed

@@ -4,7 +4,9 @@ that they estimate the mean over the whole pool (DESIGN.md section 8, issue 15 i
 - ipw_mean: self-normalized inverse propensity (Hajek): weights 1 / (pool * q), where q is the
   probability the pair had of being the next pick from a pool of that size when it was served.
   A uniform draw has q = 1 / pool and weight 1, so labels not chosen by a sampling strategy
-  (probability NaN) weigh 1 and uniform labels reduce to the plain mean.
+  (probability NaN) weigh 1 and uniform labels reduce to the plain mean. It is consistent, not
+  exact: the ratio is off by O(1 / labels), and treating q as a share of the inclusion
+  probability holds while the labels are a small part of the pool (the queue rewrites q often).
 - lure_mean: LURE (Farquhar et al. 2021, used for active testing by Kossen et al. 2021), exactly
   unbiased for M labels acquired one at a time without replacement from a pool of N, when q_m
   is the probability the m-th pick had among the N - m + 1 pairs then left.
