@@ -357,3 +357,20 @@ def test_the_p_best_chart_scales_bars_to_one_and_escapes_names() -> None:
     assert '<line class="axis" x1="572.4"' in svg  # 180 + 0.9 * 436: where P(best) decides
     assert HOSTILE not in svg and "&lt;script&gt;alert(1)&lt;/script&gt;: P(best) 1.000" in svg
     assert "style=" not in svg
+
+
+def test_without_two_graded_candidates_the_panel_and_label_these_next_say_why(
+    search: SearchRun, admin_user: User
+) -> None:
+    project = search.project
+    roles = candidate_named(search)
+    Candidate.objects.exclude(pk=roles["verifier"].pk).update(status=CandidateStatus.REJECTED)
+    client = logged_in(admin_user)
+    panel = panel_html(client.get(page(project, search)).content.decode())
+    assert "P(best) needs at least two graded candidates" in panel
+    assert "Label these next" not in panel
+    action = reverse("search-label-next", args=[project.slug, search.pk])
+    text = client.post(action, follow=True).content.decode()
+    assert f"Which grader wins {FALLBACK}." in text
+    project.refresh_from_db()
+    assert project.queue_strategy == "coverage" and not QueuePair.objects.exists()
