@@ -132,7 +132,7 @@ def search_label_next(request: HttpRequest, slug: str, search_id: int) -> HttpRe
     try:
         count = which_wins_queue(project=access.project)
     except WhichWinsUnavailable as exc:
-        messages.error(request, f"Which grader wins {exc}.")
+        messages.error(request, f"Which grader wins cannot run yet: {exc}.")
     else:
         messages.success(
             request,

@@ -29,7 +29,7 @@ from labeling.strategies import (
 
 NAME = "which_wins"
 FALLBACK = (
-    f"needs a search with at least two graded candidates; serving {COVERAGE.label} first until then"
+    f"needs a search with at least two graded candidates; serving {COVERAGE.label} until then"
 )
 
 

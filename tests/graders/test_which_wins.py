@@ -194,7 +194,9 @@ def test_which_wins_is_registered_after_coverage_and_falls_back_without_a_commit
     choice = strategy_for(project, seed=3)
     assert isinstance(choice.strategy, CoverageFirst) and choice.strategy.seed == 3
     assert choice.fallback == FALLBACK
-    assert "at least two graded candidates" in FALLBACK and "Coverage first" in FALLBACK
+    assert FALLBACK == (
+        "needs a search with at least two graded candidates; serving Coverage first until then"
+    )
 
 
 def test_rank_draws_disagreements_first_and_records_each_pairs_chance(search: SearchRun) -> None:
@@ -371,6 +373,6 @@ def test_without_two_graded_candidates_the_panel_and_label_these_next_say_why(
     assert "Label these next" not in panel
     action = reverse("search-label-next", args=[project.slug, search.pk])
     text = client.post(action, follow=True).content.decode()
-    assert f"Which grader wins {FALLBACK}." in text
+    assert f"Which grader wins cannot run yet: {FALLBACK}." in text
     project.refresh_from_db()
     assert project.queue_strategy == "coverage" and not QueuePair.objects.exists()
