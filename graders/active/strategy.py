@@ -88,8 +88,9 @@ WHICH_WINS = StrategySpec(
     name=NAME,
     label="Which grader wins",
     hint=(
-        "Pairs on which the latest search's top candidates disagree most about which is best, "
-        "with a random share so that accuracies on the labels can be reweighted."
+        "The pairs whose label tells most about which of the latest search's top candidates "
+        "is best, plus a random share that keeps accuracies on the labels unbiased once "
+        "reweighted."
     ),
     build=which_wins_build,
 )

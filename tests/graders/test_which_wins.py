@@ -11,9 +11,10 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
+from django.utils.html import escape
 
 from graders.active.committee import committee_for_project
-from graders.active.strategy import FALLBACK, WhichGraderWins
+from graders.active.strategy import FALLBACK, WHICH_WINS, WhichGraderWins
 from graders.charts import p_best_bars_svg
 from graders.models import Candidate, CandidateStatus, SearchRun
 from labeling.jobs import job_create
@@ -376,3 +377,19 @@ def test_without_two_graded_candidates_the_panel_and_label_these_next_say_why(
     assert f"Which grader wins cannot run yet: {FALLBACK}." in text
     project.refresh_from_db()
     assert project.queue_strategy == "coverage" and not QueuePair.objects.exists()
+
+
+def test_the_queue_page_offers_which_wins_and_says_when_it_cannot_run(
+    project: Project, tmp_path: Path, fake_judge: FakeJudgeServer, admin_user: User
+) -> None:
+    Project.objects.filter(pk=project.pk).update(queue_strategy="which_wins")
+    client = logged_in(admin_user)
+    queue = reverse("queue", args=[project.slug])
+    text = " ".join(client.get(queue).content.decode().split())
+    assert escape(f"Which grader wins cannot run yet: {FALLBACK}.") in text
+    assert escape(WHICH_WINS.hint) in text
+    which_wins_import(project, tmp_path, selection=1, train=0)
+    three_candidate_search(project, fake_judge)
+    text = client.get(queue).content.decode()
+    assert 'id="strategy-fallback"' not in text
+    assert "Pairs are served by <strong>Which grader wins</strong>" in text
