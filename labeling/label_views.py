@@ -20,6 +20,7 @@ from labeling.queue import (
     LabelInput,
     LabelRejected,
     annotator_for_user,
+    assignment_own,
     label_submit,
     pair_claim_next,
     queue_blocks,
@@ -76,10 +77,8 @@ def _own_assignment(
     request: HttpRequest, access: ProjectAccess, assignment_id: int
 ) -> QueueAssignment:
     annotator = annotator_for_user(project=access.project, user=request.user)
-    assignment = (
-        QueueAssignment.objects.select_related("pair__project", "annotator")
-        .filter(pk=assignment_id, annotator=annotator, pair__project=access.project)
-        .first()
+    assignment = assignment_own(
+        project=access.project, annotator=annotator, assignment_id=assignment_id
     )
     if assignment is None:
         raise Http404

@@ -41,7 +41,12 @@ RANK_FIELDS = (*SLOT_RANK_FIELDS, "strategy")
 
 
 class LabelRejected(ValueError):
-    pass
+    """A label that cannot be stored; `field` names the input at fault (side, confidence,
+    seconds), so an API can answer with a field error."""
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def annotator_for_user(*, project: Project, user: Any) -> Annotator:
@@ -332,6 +337,18 @@ def _held_reclaim(*, project: Project, annotator: Annotator, now: Any) -> QueueA
     return None
 
 
+def assignment_own(
+    *, project: Project, annotator: Annotator, assignment_id: int
+) -> QueueAssignment | None:
+    """One of this annotator's assignments in the project, ready for label_submit; None for
+    anyone else's (a caller answers 404: whether the id exists is not theirs to learn)."""
+    return (
+        QueueAssignment.objects.select_related("pair__project", "annotator")
+        .filter(pk=assignment_id, annotator=annotator, pair__project=project)
+        .first()
+    )
+
+
 def pair_claim_next(*, project: Project, annotator: Annotator) -> QueueAssignment | None:
     """The annotator's current unfinished assignment if its lease still runs, else a new claim
     on the best free slot of a pair this annotator has never been served; None when the queue
@@ -385,13 +402,13 @@ def label_submit(*, assignment: QueueAssignment, label: LabelInput) -> Preferenc
     second one."""
     pair = assignment.pair
     if label.side not in {"left", "right", "tie"}:
-        raise LabelRejected("side must be left, right or tie")
+        raise LabelRejected("side must be left, right or tie", field="side")
     if label.side == "tie" and not pair.project.allow_ties:
-        raise LabelRejected("this project does not allow ties")
+        raise LabelRejected("this project does not allow ties", field="side")
     if label.confidence not in {None, 0, 1, 2}:
-        raise LabelRejected("confidence must be 0, 1 or 2")
+        raise LabelRejected("confidence must be 0, 1 or 2", field="confidence")
     if label.seconds is not None and not 0 <= label.seconds < 86_400:
-        raise LabelRejected("seconds spent must be between 0 and 86400")
+        raise LabelRejected("seconds spent must be between 0 and 86400", field="seconds")
     left_is_a = assignment.slot_order == "ab"
     choice = {"tie": "tie", "left": "a" if left_is_a else "b", "right": "b" if left_is_a else "a"}
     now = timezone.now()
