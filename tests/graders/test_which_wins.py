@@ -327,6 +327,11 @@ def test_the_panel_says_decided_or_that_no_label_left_can_decide(
     label(project, "s1/good", "s1/poor", "tie")
     label(project, "s2/good", "s2/poor", "tie")
     assert outlook().startswith("Labels needed to decide:</b> no unlabeled pairs left")
+    # The queue's draw is then over the one unlabeled pair, the train pair: certain, pool 1.
+    committee = committee_for_project(project)
+    assert committee is not None
+    ranks = WhichGraderWins(committee, epsilon=0.1).rank(all_pairs(project))
+    assert [(rank.probability, rank.pool) for rank in ranks if rank.pool] == [(1.0, 1)]
     assert "P(best) is uniform" in panel_html(client.get(page(project, search)).content.decode())
 
 
