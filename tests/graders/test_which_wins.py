@@ -9,7 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils.html import escape
 
@@ -398,3 +400,20 @@ def test_the_queue_page_offers_which_wins_and_says_when_it_cannot_run(
     text = client.get(queue).content.decode()
     assert 'id="strategy-fallback"' not in text
     assert "Pairs are served by <strong>Which grader wins</strong>" in text
+
+
+def test_the_panel_reads_a_fixed_number_of_queries_whatever_the_labels(
+    search: SearchRun, admin_user: User
+) -> None:
+    client = logged_in(admin_user)
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert client.get(page(search.project, search)).status_code == 200
+        return len(captured)
+
+    before = queries()
+    for task in ("s0", "s1", "s2"):
+        expert_prefers(search.project, task, "good", "okay")
+        expert_prefers(search.project, task, "okay", "poor")
+    assert queries() == before
