@@ -5,6 +5,11 @@ concurrent annotators on PostgreSQL pass over each other's rows instead of waiti
 it with a conditional UPDATE whose row count proves the claim. On SQLite, where FOR UPDATE is a
 no-op, the IMMEDIATE transaction serializes writers and the conditional UPDATE still decides.
 A lease of minutes frees the slots of annotators who walk away.
+
+Priorities come from the project's queue strategy (labeling.strategies) and are rewritten in the
+background (queue_refresh, every `queue_refresh_labels` new labels and after each search round),
+never per request; a slot carries its pair's rank and selection chance, so a claim records the
+chance without reading the pair, and the label keeps it for the reweighted estimates.
 """
 
 import itertools
@@ -451,8 +456,10 @@ def label_submit(*, assignment: QueueAssignment, label: LabelInput) -> Preferenc
         QueueSlot.objects.filter(
             pk=assignment.slot_id, claimed_by=assignment.annotator, done_at__isnull=True
         ).update(done_at=now)
-        if submitted_at is None:
-            _labels_count(pair.project)
+    if submitted_at is None:
+        # After the label's commit: every annotator's label updates this one project row, so
+        # its lock is held for one statement, not for a whole label transaction.
+        _labels_count(pair.project)
     return new
 
 
@@ -500,37 +507,39 @@ def queue_refresh_soon(project: Project) -> bool:
 def queue_refresh(*, project: Project, seed: int = 0) -> int:
     """Rewrite priority, probability and pool of the project's queued pairs that are not pinned,
     with the strategy the project chose as it can run now (strategy_for): the same pairs, new
-    ranks. Each pair is ranked once and its rank applies to every dimension it is queued in.
-    Returns the number of queue rows rewritten."""
+    ranks, written in one transaction. Each pair is ranked once and its rank applies to every
+    dimension it is queued in. Returns the number of queue rows rewritten."""
     # Cleared before ranking, so labels arriving while the strategy computes can ask again.
     Project.objects.filter(pk=project.pk).update(queue_refresh_requested_at=None)
     strategy = strategy_for(project, seed=seed).strategy
-    with transaction.atomic():
-        queued = list(
-            QueuePair.objects.select_for_update()
-            .filter(project=project, overlap__isnull=True)
-            .order_by("task_id", "response_a_id", "response_b_id", "pk")
-            .values_list("pk", "task_id", "response_a_id", "response_b_id")
+    queued = list(
+        QueuePair.objects.filter(project=project, overlap__isnull=True)
+        .order_by("task_id", "response_a_id", "response_b_id", "pk")
+        .values_list("pk", "task_id", "response_a_id", "response_b_id")
+    )
+    keys = list(dict.fromkeys((t, a, b) for _, t, a, b in queued))
+    tasks = {
+        pk: (split, domain)
+        for pk, split, domain in Task.objects.filter(pk__in={t for t, _, _ in keys}).values_list(
+            "pk", "split", "domain"
         )
-        keys = list(dict.fromkeys((t, a, b) for _, t, a, b in queued))
-        tasks = {
-            pk: (split, domain)
-            for pk, split, domain in Task.objects.filter(
-                pk__in={t for t, _, _ in keys}
-            ).values_list("pk", "split", "domain")
-        }
-        candidates = [CandidatePair(t, *tasks[t], a, b) for t, a, b in keys]
-        ranks = dict(zip(keys, strategy.rank(candidates), strict=True))
-        rows = [
-            QueuePair(
-                pk=pk,
-                priority=ranks[(t, a, b)].priority,
-                probability=ranks[(t, a, b)].probability,
-                pool=ranks[(t, a, b)].pool,
-                strategy=strategy.name,
-            )
-            for pk, t, a, b in queued
-        ]
+    }
+    # Ranked before the transaction: the writes lock open slots, which claims skip (SKIP
+    # LOCKED), so the locks last only as long as the UPDATEs. A pair a concurrent build
+    # removed meanwhile updates nothing; one it added keeps the build's rank.
+    candidates = [CandidatePair(t, *tasks[t], a, b) for t, a, b in keys]
+    ranks = dict(zip(keys, strategy.rank(candidates), strict=True))
+    rows = [
+        QueuePair(
+            pk=pk,
+            priority=ranks[(t, a, b)].priority,
+            probability=ranks[(t, a, b)].probability,
+            pool=ranks[(t, a, b)].pool,
+            strategy=strategy.name,
+        )
+        for pk, t, a, b in queued
+    ]
+    with transaction.atomic():
         QueuePair.objects.bulk_update(rows, list(RANK_FIELDS), batch_size=2000)
         _slots_sync(project)
         _written_record(project, strategy)
