@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils.html import escape
 
-from graders.active.committee import committee_for_project
+from graders.active.committee import committee_for_project, committee_search
 from graders.active.strategy import FALLBACK, WHICH_WINS, WhichGraderWins
 from graders.charts import p_best_bars_svg
 from graders.models import Candidate, CandidateStatus, SearchRun
@@ -166,23 +166,32 @@ def test_the_committee_follows_the_latest_search_with_two_graded_candidates(
         endpoint=search.endpoint,
         n=1,
     )
-    [first, *_] = Candidate.objects.filter(search=search)
-    Candidate.objects.create(
-        search=later,
-        metagrader=first.metagrader,
-        iteration=0,
-        position=0,
-        status=CandidateStatus.GRADED,
-        score=0.5,
-        selection_run=None,
-    )
+    first, second, _ = Candidate.objects.filter(search=search)
+
+    def graded_in_later(candidate: Candidate, position: int) -> None:
+        Candidate.objects.create(
+            search=later,
+            metagrader=candidate.metagrader,
+            iteration=0,
+            position=position,
+            status=CandidateStatus.GRADED,
+            score=0.5,
+        )
+
     # One graded candidate is no committee: the earlier search still leads the queue.
+    graded_in_later(first, 0)
+    assert committee_search(project) == search
     committee = committee_for_project(project)
     assert committee is not None and committee.search == search
+    # With a second one the later search leads.
+    graded_in_later(second, 1)
+    assert committee_search(project) == later
+    Candidate.objects.filter(search=later, position=1).delete()
+    # No search with two graded candidates: nothing to follow.
     Candidate.objects.filter(search=search).exclude(pk=first.pk).update(
         status=CandidateStatus.REJECTED
     )
-    assert committee_for_project(project) is None
+    assert committee_search(project) is None and committee_for_project(project) is None
 
 
 # The strategy -------------------------------------------------------------------------------
