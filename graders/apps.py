@@ -4,3 +4,10 @@ from django.apps import AppConfig
 class GradersConfig(AppConfig):
     name = "graders"
     verbose_name = "Graders"
+
+    def ready(self) -> None:
+        # Registered from here because labeling, which owns the queue, never imports graders.
+        from graders.active.strategy import WHICH_WINS
+        from labeling.strategies import strategy_register
+
+        strategy_register(WHICH_WINS)

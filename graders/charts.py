@@ -426,3 +426,81 @@ def stacked_bars_svg(
         x += 24 + 7 * len(name)
     parts.append(mark_safe("</svg>"))
     return mark_safe("".join(parts))
+
+
+P_BEST_LEFT, P_BEST_TICKS = 180, (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def p_best_bars_svg(bars: Sequence[tuple[str, float]], *, threshold: float) -> SafeString:
+    """P(best) per candidate as horizontal bars on a 0 to 1 scale, one per (name, probability)
+    in the given order, with a marked line where a candidate counts as decided (`threshold`).
+    Names come from a proposer model: escaped, cut to fit (the tooltip and the table beside
+    the chart have them whole)."""
+    plot_w = WIDTH - P_BEST_LEFT - BAR_RIGHT
+    bottom = BAR_TOP + len(bars) * (BAR_HEIGHT + BAR_GAP)
+    height = bottom + 40
+
+    def x_of(value: float) -> float:
+        return P_BEST_LEFT + plot_w * min(max(value, 0.0), 1.0)
+
+    parts = [
+        format_html(
+            '<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {} {}" '
+            'role="img" aria-labelledby="p-best-title p-best-desc">'
+            '<title id="p-best-title">P(best) per candidate</title>'
+            '<desc id="p-best-desc">The probability that each candidate has the highest '
+            "accuracy, given the labels so far; a candidate reaching {} decides the question. "
+            "The table beside gives the same numbers.</desc>",
+            WIDTH,
+            height,
+            f"{threshold:g}",
+        ),
+        format_html_join(
+            "",
+            '<line class="gridline" x1="{}" y1="{}" x2="{}" y2="{}"/>'
+            '<text class="tick" x="{}" y="{}" text-anchor="middle">{}</text>',
+            (
+                (_n(x_of(t)), BAR_TOP - 4, _n(x_of(t)), bottom, _n(x_of(t)), bottom + 14, f"{t:g}")
+                for t in P_BEST_TICKS
+            ),
+        ),
+        format_html(
+            '<line class="axis" x1="{}" y1="{}" x2="{}" y2="{}"><title>Decided at {}</title>'
+            "</line>",
+            _n(x_of(threshold)),
+            BAR_TOP - 4,
+            _n(x_of(threshold)),
+            bottom,
+            f"{threshold:g}",
+        ),
+        format_html(
+            '<text class="axis-label" x="{}" y="{}" text-anchor="middle">P(best)</text>',
+            _n(P_BEST_LEFT + plot_w / 2),
+            bottom + 32,
+        ),
+    ]
+    for row, (name, probability) in enumerate(bars):
+        y = BAR_TOP + row * (BAR_HEIGHT + BAR_GAP)
+        middle = _n(y + BAR_HEIGHT / 2 + 4)
+        parts.append(
+            format_html(
+                '<text class="tick" x="{}" y="{}" text-anchor="end">{}</text>'
+                '<rect class="bar s0" x="{}" y="{}" width="{}" height="{}">'
+                "<title>{}: P(best) {}</title></rect>"
+                '<text class="tick" x="{}" y="{}">{}</text>',
+                P_BEST_LEFT - 6,
+                middle,
+                _short(name),
+                P_BEST_LEFT,
+                y,
+                _n(x_of(probability) - P_BEST_LEFT),
+                BAR_HEIGHT,
+                name,
+                f"{probability:.3f}",
+                _n(x_of(probability) + 4),
+                middle,
+                f"{probability:.2f}",
+            )
+        )
+    parts.append(mark_safe("</svg>"))
+    return mark_safe("".join(parts))

@@ -2,11 +2,14 @@
 meta-evaluating judges on labeled pairs (PADME)."""
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
+from django.db.models import QuerySet
 
+from graders.engine.active.estimators import ipw_mean
 from graders.engine.metrics import (
     EvaluatorRuns,
     RankingPairs,
@@ -96,22 +99,36 @@ def majority_oriented(
     return oriented
 
 
-def _preference_pairs(
-    response_pks: set[int], rewards: dict[int, float | None], task_of: dict[int, int]
-) -> RankingPairs | None:
-    """Human-majority non-tie overall pairs among the graded responses, winner first."""
+def _human_overall(response_pks: set[int]) -> QuerySet[Preference]:
     # Overall preferences only: a label on a dimension answers a different question.
-    rows = Preference.objects.filter(
+    return Preference.objects.filter(
         is_current=True,
         provider="human",
         dimension__isnull=True,
         response_a_id__in=response_pks,
         response_b_id__in=response_pks,
-    ).values_list("response_a_id", "response_b_id", "choice", "dimension_id")
-    oriented = list(majority_oriented(rows).values())
-    if not oriented:
-        return None
+    )
 
+
+def _human_majority(response_pks: set[int]) -> list[tuple[int, int]]:
+    """Human-majority non-tie overall pairs among these responses, winner first."""
+    rows = _human_overall(response_pks).values_list(
+        "response_a_id", "response_b_id", "choice", "dimension_id"
+    )
+    return list(majority_oriented(rows).values())
+
+
+def _preference_pairs(
+    response_pks: set[int], rewards: dict[int, float | None], task_of: dict[int, int]
+) -> RankingPairs | None:
+    """Human-majority non-tie overall pairs among the graded responses, winner first."""
+    oriented = _human_majority(response_pks)
+    return _oriented_pairs(oriented, rewards, task_of) if oriented else None
+
+
+def _oriented_pairs(
+    oriented: list[tuple[int, int]], rewards: dict[int, float | None], task_of: dict[int, int]
+) -> RankingPairs:
     def score(pk: int) -> float:
         value = rewards.get(pk)
         return np.nan if value is None else value
@@ -172,6 +189,10 @@ def _rewards_evaluate(
     if len(pairs.task) == 0:
         return summary | {"reference": reference, "note": "no pairs with different true scores"}
     summary |= {"reference": reference, **_pairs_metrics(pairs, tol)}
+    if reference == "human_preferences":
+        reweighted = preference_reweighted(rewards, task_of, tol)
+        if reweighted is not None:
+            summary["reweighted"] = reweighted
     if responses is not None:
         try:
             summary["within_task_spearman"] = _with_ci(
@@ -205,6 +226,67 @@ def reference_pairs(
         return provider, ranking_pairs_from_scores(responses), responses
     pairs = _preference_pairs(set(rewards), rewards, task_of)
     return None if pairs is None else ("human_preferences", pairs, None)
+
+
+REWEIGHTED_ESTIMATOR = "self-normalized inverse propensity"
+
+
+def preference_reweighted(
+    rewards: dict[int, float | None], task_of: dict[int, int], tol: float
+) -> dict[str, Any] | None:
+    """Ranking accuracies over the human-majority pairs reweighted for how the queue chose
+    them: a pair served by a sampling strategy counts w = 1 / (pool * probability), the chance
+    of its first served label (the oldest current one; a revision keeps the chance of the
+    label it replaces), every other pair w = 1, and each accuracy is sum(w * credit) / sum(w)
+    (ipw_mean). None when no pair was chosen actively: the plain figures are then unbiased."""
+    rows = list(
+        _human_overall(set(rewards))
+        .order_by("created_at", "pk")
+        .values_list(
+            "response_a_id", "response_b_id", "choice", "dimension_id",
+            "selection_probability", "selection_pool",
+        )
+    )  # fmt: skip
+    chances: dict[tuple[int, int], tuple[float | None, int | None]] = {}
+    for a, b, _, _, probability, pool in rows:
+        chances.setdefault((min(a, b), max(a, b)), (probability, pool))
+    oriented = list(majority_oriented(row[:4] for row in rows).values())
+    chosen = [chances[(min(w, loser), max(w, loser))] for w, loser in oriented]
+    # A chance of 0 was a pair served after everything the draw could pick: not a draw.
+    probabilities = np.array([p if p else np.nan for p, _ in chosen], dtype=np.float64)
+    pools = np.array([np.nan if n is None else n for _, n in chosen], dtype=np.float64)
+    active = int((~np.isnan(probabilities)).sum())
+    if active == 0:
+        return None
+    pairs = _oriented_pairs(oriented, rewards, task_of)
+
+    def reweighted(metric: Callable[[RankingPairs], float]) -> float:
+        return ipw_mean(_pair_credits(pairs, metric), probabilities, pools)
+
+    return {
+        "ranking_accuracy": reweighted(ranking_accuracy),
+        "tolerant_ranking_accuracy": reweighted(
+            lambda one: tolerant_ranking_accuracy(one, tol=tol)
+        ),
+        "pairs": len(oriented),
+        "active_pairs": active,
+        "estimator": REWEIGHTED_ESTIMATOR,
+    }
+
+
+def _pair_credits(
+    pairs: RankingPairs, metric: Callable[[RankingPairs], float]
+) -> npt.NDArray[np.float64]:
+    """Each pair's credit under a pair-mean metric: the metric of the set holding that pair
+    alone, so the credit rule stays the engine's."""
+    return np.array(
+        [
+            metric(RankingPairs(pairs.task[i : i + 1], pairs.winner_score[i : i + 1],
+                                pairs.loser_score[i : i + 1]))
+            for i in range(len(pairs.task))
+        ],
+        dtype=np.float64,
+    )  # fmt: skip
 
 
 META_EVAL_FIELDS = (

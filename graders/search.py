@@ -45,6 +45,7 @@ from labeling.jobs import (
     job_run_leased,
 )
 from labeling.models import Job, JobStatus, Preference, Project, Score, Split, Task
+from labeling.queue import queue_refresh_soon
 from labeling.snapshots import label_snapshot_take
 
 SEARCH_JOB = "search"
@@ -260,6 +261,8 @@ class _SearchPass:
                     self.candidate_grade(candidate)
             self.stage = f"Round {iteration + 1} of {rounds}: best so far on D_eval"
             self.curve_extend(iteration)
+            # The round's candidates change which labels would decide between them.
+            queue_refresh_soon(search.project)
         candidates = list(Candidate.objects.filter(search=search))
         winner = best_candidate(candidates)
         SearchRun.objects.filter(pk=search.pk).update(winner=winner)

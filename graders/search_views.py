@@ -15,6 +15,8 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import trigger_client_event
 
+from graders.active.panel import which_wins_panel
+from graders.active.services import WhichWinsUnavailable, which_wins_queue
 from graders.candidates import candidates_ranked
 from graders.charts import curve_svg, curve_warning
 from graders.forms import ResumeBudgetForm, SearchForm
@@ -119,6 +121,25 @@ def search_resume_view(request: HttpRequest, slug: str, search_id: int) -> HttpR
         stopped_only="Only a stopped search (cancelled, failed or out of budget) can be resumed.",
         resumed="Resumed: graded candidates and cached judge answers are kept.",
     )
+
+
+@require_POST
+@login_required
+def search_label_next(request: HttpRequest, slug: str, search_id: int) -> HttpResponse:
+    """ "Label these next": the queue serves the pairs that best tell the candidates apart."""
+    access = project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
+    search = _search_get(access, search_id)
+    try:
+        count = which_wins_queue(project=access.project)
+    except WhichWinsUnavailable as exc:
+        messages.error(request, f"Which grader wins cannot run yet: {exc}.")
+    else:
+        messages.success(
+            request,
+            f"The labeling queue now follows Which grader wins: {count} queued pairs ranked, "
+            "the most telling first.",
+        )
+    return redirect("search", slug=slug, search_id=search.pk)
 
 
 @require_GET
@@ -262,6 +283,7 @@ def _results_context(access: ProjectAccess, search: SearchRun) -> dict[str, Any]
         "chart": curve_svg(search.curve) if search.curve else "",
         "curve_rows": [_curve_row(point) for point in search.curve],
         "curve_warning": curve_warning(search.curve),
+        "which_wins": which_wins_panel(search=search),
     }
 
 

@@ -42,6 +42,7 @@ urlpatterns = [
     path(SEARCH, search_views.search_page, name="search"),
     path(SEARCH + "cancel/", search_views.search_cancel, name="search-cancel"),
     path(SEARCH + "resume/", search_views.search_resume_view, name="search-resume"),
+    path(SEARCH + "label-next/", search_views.search_label_next, name="search-label-next"),
     path(CANDIDATE, search_views.candidate_page, name="search-candidate"),
     path(CANDIDATE + "evaluate/", search_views.candidate_evaluate, name="candidate-evaluate"),
     path(CANDIDATE + "promote/", search_views.candidate_promote, name="candidate-promote"),

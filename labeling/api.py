@@ -1,5 +1,7 @@
 """REST API: one view per operation, the same services and access rules as the pages."""
 
+from dataclasses import asdict
+
 from django.http import Http404, StreamingHttpResponse
 from rest_framework import serializers, status
 from rest_framework.decorators import api_view, parser_classes
@@ -14,8 +16,22 @@ from labeling.import_jobs import UploadTooLarge, import_upload, rejection_payloa
 from labeling.imports import ImportRejected
 from labeling.jobs import job_cancel
 from labeling.jsonl import jsonl_lines
-from labeling.models import Job, Task
-from labeling.selectors import memberships_for_user, project_overview, task_detail, tasks_browse
+from labeling.models import INT_FIELD_MAX, Job, QueueAssignment, Task
+from labeling.queue import (
+    LabelInput,
+    LabelRejected,
+    annotator_for_user,
+    assignment_own,
+    label_submit,
+    pair_claim_next,
+)
+from labeling.selectors import (
+    memberships_for_user,
+    pair_view,
+    project_overview,
+    task_detail,
+    tasks_browse,
+)
 from labeling.snapshots import label_export_record, snapshot_header
 from labeling.splits import SplitFractionsInvalid, splits_assign
 
@@ -179,3 +195,76 @@ def job_cancel_create(request: Request, job_id: int) -> Response:
     job_cancel(job=job)
     job.refresh_from_db()
     return Response(JobOutput(job).data)
+
+
+# The label API: an expert labels as themselves, through the same queue and label_submit as
+# the label page, and sees exactly what that page shows.
+
+
+class LabelIn(serializers.Serializer):
+    assignment = serializers.IntegerField(min_value=1, max_value=INT_FIELD_MAX)
+    # Ranges are label_submit's to check, so the page and the API refuse the same labels.
+    side = serializers.CharField()
+    confidence = serializers.IntegerField(
+        required=False, allow_null=True, min_value=-INT_FIELD_MAX, max_value=INT_FIELD_MAX
+    )
+    seconds = serializers.FloatField(required=False, allow_null=True)
+
+
+def _served_json(assignment: QueueAssignment) -> dict[str, object]:
+    """The pair as pair_view gives it to the label page: task text, documents, dimension and
+    the two responses' text or turns as left and right; no ids, models or metadata."""
+    view = pair_view(assignment=assignment)
+    dimension = view["dimension"]
+    return {
+        "assignment": assignment.pk,
+        "prompt": view["prompt"],
+        "instructions": view["instructions"],
+        "documents": [{"title": d.title, "text": d.text} for d in view["documents"]],
+        "dimension": None
+        if dimension is None
+        else {"name": dimension.name, "description": dimension.description},
+        "left": view["left"],
+        "right": view["right"],
+        "current": None
+        if view["current_side"] is None
+        else {"side": view["current_side"], "confidence": view["current_confidence"]},
+    }
+
+
+@api_view(["POST"])
+def queue_next(request: Request, slug: str) -> Response:
+    """Claim the caller's next pair (or the one they left open): 200 with the pair as they
+    see it, 204 when the queue has nothing left for them."""
+    access = project_access(user=request.user, slug=slug, perm=Perm.LABEL)
+    annotator = annotator_for_user(project=access.project, user=request.user)
+    assignment = pair_claim_next(project=access.project, annotator=annotator)
+    if assignment is None:
+        return Response(status=status.HTTP_204_NO_CONTENT)
+    return Response(_served_json(assignment))
+
+
+@api_view(["POST"])
+def label_create(request: Request, slug: str) -> Response:
+    """Label one of the caller's assignments; again for the same one replaces their label."""
+    access = project_access(user=request.user, slug=slug, perm=Perm.LABEL)
+    data = LabelIn(data=request.data)
+    data.is_valid(raise_exception=True)
+    annotator = annotator_for_user(project=access.project, user=request.user)
+    assignment = assignment_own(
+        project=access.project,
+        annotator=annotator,
+        assignment_id=data.validated_data["assignment"],
+    )
+    if assignment is None:
+        raise Http404("No such assignment of yours in this project.")
+    label = LabelInput(
+        side=data.validated_data["side"],
+        confidence=data.validated_data.get("confidence"),
+        seconds=data.validated_data.get("seconds"),
+    )
+    try:
+        label_submit(assignment=assignment, label=label)
+    except LabelRejected as exc:
+        return Response({exc.field: [str(exc)]}, status=status.HTTP_400_BAD_REQUEST)
+    return Response({"assignment": assignment.pk, **asdict(label)})

@@ -10,6 +10,8 @@ urlpatterns = [
     path("projects/<slug:slug>/import/", api.import_create, name="api-import"),
     path("projects/<slug:slug>/export/", api.export_get, name="api-export"),
     path("projects/<slug:slug>/splits/", api.splits_create, name="api-splits"),
+    path("p/<slug:slug>/queue/next", api.queue_next, name="api-queue-next"),
+    path("p/<slug:slug>/labels/", api.label_create, name="api-labels"),
     path("jobs/<int:job_id>/", api.job_get, name="api-job"),
     path("jobs/<int:job_id>/cancel/", api.job_cancel_create, name="api-job-cancel"),
 ]

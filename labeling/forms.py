@@ -1,6 +1,7 @@
 from django import forms
 
-from labeling.models import Split
+from labeling.models import INT_FIELD_MAX, Split
+from labeling.strategies import StrategySpec
 
 
 class ImportForm(forms.Form):
@@ -54,3 +55,24 @@ class QueueBuildForm(forms.Form):
     def __init__(self, *args: object, dimension_names: list[str], **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.fields["dimensions"].choices = [(name, name) for name in dimension_names]
+
+
+class QueueStrategyForm(forms.Form):
+    strategy = forms.ChoiceField(widget=forms.RadioSelect)
+    epsilon = forms.FloatField(
+        min_value=0,
+        max_value=1,
+        label="Random share",
+        help_text="The share of pairs a sampling strategy draws uniformly at random, so that "
+        "metrics on its labels can be reweighted without bias (0 to 1).",
+    )
+    refresh_labels = forms.IntegerField(
+        min_value=0,
+        max_value=INT_FIELD_MAX,
+        label="Rewrite priorities every",
+        help_text="new labels (0: only after search rounds and on demand).",
+    )
+
+    def __init__(self, *args: object, specs: list[StrategySpec], **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.fields["strategy"].choices = [(spec.name, spec.label) for spec in specs]

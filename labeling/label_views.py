@@ -3,6 +3,8 @@
 Each POST answers with the next card as a fragment, so the page never reloads; the script in
 static/js/label.js retries a submission that did not reach the server."""
 
+from typing import Any
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
@@ -12,17 +14,20 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from labeling.access import Perm, ProjectAccess, project_access
 from labeling.agreement_stats import agreement_report, annotator_summaries
 from labeling.criterion_grading import GradesRejected, ItemMark, criterion_grades_submit
-from labeling.forms import QueueBuildForm
+from labeling.forms import QueueBuildForm, QueueStrategyForm
 from labeling.models import Annotator, QueueAssignment, Response, RubricItem
 from labeling.queue import (
     LabelInput,
     LabelRejected,
     annotator_for_user,
+    assignment_own,
     label_submit,
     pair_claim_next,
     queue_blocks,
     queue_build,
     queue_progress,
+    queue_refresh_soon,
+    queue_settings_set,
 )
 from labeling.selectors import (
     agreement_labels,
@@ -32,7 +37,7 @@ from labeling.selectors import (
     criterion_grading_view,
     pair_view,
 )
-from labeling.strategies import CoverageFirst
+from labeling.strategies import strategy_for, strategy_specs
 
 
 def _card(
@@ -72,10 +77,8 @@ def _own_assignment(
     request: HttpRequest, access: ProjectAccess, assignment_id: int
 ) -> QueueAssignment:
     annotator = annotator_for_user(project=access.project, user=request.user)
-    assignment = (
-        QueueAssignment.objects.select_related("pair__project", "annotator")
-        .filter(pk=assignment_id, annotator=annotator, pair__project=access.project)
-        .first()
+    assignment = assignment_own(
+        project=access.project, annotator=annotator, assignment_id=assignment_id
     )
     if assignment is None:
         raise Http404
@@ -183,34 +186,103 @@ def grade_submit(request: HttpRequest, slug: str, response_pk: int) -> HttpRespo
     )
 
 
+def _queue_render(
+    request: HttpRequest,
+    access: ProjectAccess,
+    *,
+    build: QueueBuildForm | None = None,
+    settings: QueueStrategyForm | None = None,
+) -> HttpResponse:
+    project = access.project
+    specs = strategy_specs()
+    labels = {spec.name: spec.label for spec in specs}
+    names = list(project.dimensions.values_list("name", flat=True))
+    context: dict[str, Any] = {
+        "access": access,
+        "project": project,
+        "blocks": queue_blocks(project=project),
+        "progress": queue_progress(project=project),
+        "strategy_label": labels.get(project.queue_strategy, project.queue_strategy),
+        "written_label": labels.get(project.queue_written_strategy, project.queue_written_strategy),
+        "hint": next((s.hint for s in specs if s.name == project.queue_strategy), ""),
+    }
+    if access.can(Perm.MANAGE):
+        # Only managers see whether the choice can run now: building it may read search results.
+        context["fallback"] = strategy_for(project).fallback
+        context["form"] = build or QueueBuildForm(dimension_names=names)
+        context["settings"] = settings or QueueStrategyForm(
+            specs=specs,
+            initial={
+                "strategy": project.queue_strategy,
+                "epsilon": project.queue_epsilon,
+                "refresh_labels": project.queue_refresh_labels,
+            },
+        )
+        context["strategies"] = list(zip(context["settings"]["strategy"], specs, strict=True))
+    errors = bool((build and build.errors) or (settings and settings.errors))
+    return render(request, "labeling/queue.html", context, status=400 if errors else 200)
+
+
 @require_http_methods(["GET", "POST"])
 @login_required
 def queue_page(request: HttpRequest, slug: str) -> HttpResponse:
+    """The queue's progress; managers build it here with the project's strategy."""
     access = project_access(user=request.user, slug=slug)
-    names = list(access.project.dimensions.values_list("name", flat=True))
-    form = QueueBuildForm(request.POST or None, dimension_names=names)
-    if request.method == "POST":
-        project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
-        if form.is_valid():
-            chosen = form.cleaned_data["dimensions"]
-            dimensions = {d.name: d for d in access.project.dimensions.all()}
-            count = queue_build(
-                project=access.project,
-                strategy=CoverageFirst(seed=form.cleaned_data["seed"]),
-                dimensions=[dimensions[name] for name in chosen] or [None],
-                pairs_per_task=form.cleaned_data["pairs_per_task"],
-                seed=form.cleaned_data["seed"],
-            )
-            messages.success(request, f"Queued {count} pairs.")
-            return redirect("queue", slug=slug)
-    context = {
-        "access": access,
-        "project": access.project,
-        "form": form,
-        "blocks": queue_blocks(project=access.project),
-        "progress": queue_progress(project=access.project),
-    }
-    return render(request, "labeling/queue.html", context, status=400 if form.errors else 200)
+    if request.method == "GET":
+        return _queue_render(request, access)
+    project = project_access(user=request.user, slug=slug, perm=Perm.MANAGE).project
+    names = list(project.dimensions.values_list("name", flat=True))
+    form = QueueBuildForm(request.POST, dimension_names=names)
+    if not form.is_valid():
+        return _queue_render(request, access, build=form)
+    dimensions = {d.name: d for d in project.dimensions.all()}
+    choice = strategy_for(project, seed=form.cleaned_data["seed"])
+    count = queue_build(
+        project=project,
+        strategy=choice.strategy,
+        dimensions=[dimensions[name] for name in form.cleaned_data["dimensions"]] or [None],
+        pairs_per_task=form.cleaned_data["pairs_per_task"],
+        seed=form.cleaned_data["seed"],
+    )
+    messages.success(request, f"Queued {count} pairs.")
+    if choice.fallback:
+        messages.warning(request, f"Built with a fallback: {choice.fallback}.")
+    return redirect("queue", slug=slug)
+
+
+@require_POST
+@login_required
+def queue_strategy_set(request: HttpRequest, slug: str) -> HttpResponse:
+    access = project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
+    form = QueueStrategyForm(request.POST, specs=strategy_specs())
+    if not form.is_valid():
+        return _queue_render(request, access, settings=form)
+    stale = queue_settings_set(
+        project=access.project,
+        strategy=form.cleaned_data["strategy"],
+        epsilon=form.cleaned_data["epsilon"],
+        refresh_labels=form.cleaned_data["refresh_labels"],
+    )
+    saved = "Queue settings saved."
+    if stale and queue_refresh_soon(access.project):
+        saved += " The priorities will be rewritten with them in the background."
+    messages.success(request, saved)
+    return redirect("queue", slug=slug)
+
+
+@require_POST
+@login_required
+def queue_refresh_now(request: HttpRequest, slug: str) -> HttpResponse:
+    access = project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
+    if queue_refresh_soon(access.project):
+        messages.success(
+            request,
+            "Priorities will be rewritten in the background; reload this page in a minute to "
+            "see when they were.",
+        )
+    else:
+        messages.info(request, "A rewrite of the priorities is already pending.")
+    return redirect("queue", slug=slug)
 
 
 @require_GET

@@ -38,10 +38,33 @@ class Project(models.Model):
         default=1, help_text="How many annotators label each pair."
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    # The labeling queue's strategy (a name registered in labeling.strategies), the share of
+    # pairs it draws uniformly at random, and how many new labels trigger a background rewrite
+    # of its priorities (0: only after search rounds and on demand).
+    queue_strategy = models.CharField(max_length=50, default="coverage")
+    queue_epsilon = models.FloatField(
+        default=0.1, help_text="The share of pairs drawn uniformly at random (0 to 1)."
+    )
+    queue_refresh_labels = models.PositiveIntegerField(
+        default=20, help_text="Rewrite priorities after this many new labels; 0: never by count."
+    )
+    # New labels since priorities were last rewritten: a counter bumped with F() by each label,
+    # so the trigger needs no scan. A request time, not a flag, marks a refresh as pending, so a
+    # task the broker lost stops blocking new ones after QUEUE_REFRESH_STALE.
+    queue_labels_since_refresh = models.PositiveIntegerField(default=0)
+    queue_refresh_requested_at = models.DateTimeField(null=True, blank=True)
+    queue_written_at = models.DateTimeField(null=True, blank=True)
+    queue_written_strategy = models.CharField(max_length=50, blank=True, default="")
 
     class Meta:
         ordering = ["name"]
-        constraints = [models.CheckConstraint(condition=Q(overlap__gte=1), name="overlap_gte_1")]
+        constraints = [
+            models.CheckConstraint(condition=Q(overlap__gte=1), name="overlap_gte_1"),
+            models.CheckConstraint(
+                condition=Q(queue_epsilon__gte=0, queue_epsilon__lte=1),
+                name="project_queue_epsilon_unit",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -324,6 +347,11 @@ class Preference(models.Model):
         max_length=2, blank=True, default="", help_text="'ab' or 'ba': which side was shown left."
     )
     seconds_spent = models.FloatField(null=True, blank=True)
+    # The chance the queue's strategy gave this pair when it served it, and the size of the pool
+    # it drew from (copied from the assignment); null: not chosen by a sampling strategy
+    # (coverage, a pinned pair, an import). Estimators reweight actively chosen labels by them.
+    selection_probability = models.FloatField(null=True, blank=True)
+    selection_pool = models.PositiveIntegerField(null=True, blank=True)
     is_current = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -456,6 +484,9 @@ class QueuePair(models.Model):
     dimension = models.ForeignKey(Dimension, null=True, blank=True, on_delete=models.CASCADE)
     block = models.PositiveIntegerField(default=0)
     priority = models.FloatField(default=0.0)
+    # labeling.strategies.Ranked: the chance the strategy's draw gave the pair, and its pool.
+    probability = models.FloatField(null=True, blank=True)
+    pool = models.PositiveIntegerField(null=True, blank=True)
     strategy = models.CharField(max_length=50, default="")
     # Labels wanted; null: the project's overlap. A pair with its own overlap was queued as
     # such by another part (a synthesis validation sample): queue_build leaves it alone.
@@ -472,6 +503,10 @@ class QueuePair(models.Model):
             models.CheckConstraint(
                 condition=Q(response_a__lt=models.F("response_b")), name="queue_pair_ordered"
             ),
+            models.CheckConstraint(
+                condition=Q(probability__isnull=True) | Q(probability__gte=0, probability__lte=1),
+                name="queue_pair_probability_unit",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -482,12 +517,15 @@ class QueueSlot(models.Model):
     """One of the `overlap` labels a pair should get. A claim is a conditional UPDATE of one free
     slot (unclaimed, or its lease expired), so two annotators can never hold the same slot, and
     the row count of that UPDATE proves the claim on SQLite too. `block` and `priority` are
-    copied from the pair so that finding the next slot reads one partial index, no join."""
+    copied from the pair so that finding the next slot reads one partial index, no join, and
+    `probability` and `pool` so that the claim can record them without reading the pair."""
 
     pair = models.ForeignKey(QueuePair, on_delete=models.CASCADE, related_name="slots")
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
     block = models.PositiveIntegerField(default=0)
     priority = models.FloatField(default=0.0)
+    probability = models.FloatField(null=True, blank=True)
+    pool = models.PositiveIntegerField(null=True, blank=True)
     claimed_by = models.ForeignKey(
         Annotator, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -517,6 +555,9 @@ class QueueAssignment(models.Model):
     annotator = models.ForeignKey(Annotator, on_delete=models.CASCADE, related_name="+")
     slot = models.ForeignKey(QueueSlot, on_delete=models.CASCADE, related_name="assignments")
     slot_order = models.CharField(max_length=2)
+    # As the claimed slot held them when it was served: the chance of this pick and its pool.
+    probability = models.FloatField(null=True, blank=True)
+    pool = models.PositiveIntegerField(null=True, blank=True)
     served_at = models.DateTimeField(auto_now_add=True)
     submitted_at = models.DateTimeField(null=True, blank=True)
 

@@ -5,6 +5,11 @@ concurrent annotators on PostgreSQL pass over each other's rows instead of waiti
 it with a conditional UPDATE whose row count proves the claim. On SQLite, where FOR UPDATE is a
 no-op, the IMMEDIATE transaction serializes writers and the conditional UPDATE still decides.
 A lease of minutes frees the slots of annotators who walk away.
+
+Priorities come from the project's queue strategy (labeling.strategies) and are rewritten in the
+background (queue_refresh, every `queue_refresh_labels` new labels and after each search round),
+never per request; a slot carries its pair's rank and selection chance, so a claim records the
+chance without reading the pair, and the label keeps it for the reweighted estimates.
 """
 
 import itertools
@@ -31,14 +36,22 @@ from labeling.models import (
     SynthesisDraw,
     Task,
 )
-from labeling.strategies import CandidatePair, QueueStrategy
+from labeling.strategies import CandidatePair, QueueStrategy, strategy_for, strategy_specs
 
 LEASE = timedelta(minutes=10)
 CLAIM_ATTEMPTS = 5
+# What a strategy writes on a pair, and what its open slots copy.
+SLOT_RANK_FIELDS = ("priority", "probability", "pool")
+RANK_FIELDS = (*SLOT_RANK_FIELDS, "strategy")
 
 
 class LabelRejected(ValueError):
-    pass
+    """A label that cannot be stored; `field` names the input at fault (side, confidence,
+    seconds), so an API can answer with a field error."""
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def annotator_for_user(*, project: Project, user: Any) -> Annotator:
@@ -113,7 +126,7 @@ def queue_build(
             responses[task_id], pairs_per_task, random.Random(f"{seed}:{task_id}")
         )
     ]
-    priorities = strategy.priorities(candidates)
+    ranks = strategy.rank(candidates)
     total = 0
     for block, dimension in enumerate(dimensions):
         rows = [
@@ -124,10 +137,12 @@ def queue_build(
                 response_b_id=c.response_b,
                 dimension=dimension,
                 block=block,
-                priority=priority,
+                priority=rank.priority,
+                probability=rank.probability,
+                pool=rank.pool,
                 strategy=strategy.name,
             )
-            for c, priority in zip(candidates, priorities, strict=True)
+            for c, rank in zip(candidates, ranks, strict=True)
         ]
         for chunk in itertools.batched(rows, 2000):
             _pairs_upsert(project, list(chunk), dimension)
@@ -135,6 +150,7 @@ def queue_build(
         total += len(rows)
     _pinned_blocks_align(project, dimensions)
     _slots_fill(project)
+    _written_record(project, strategy)
     return total
 
 
@@ -219,10 +235,11 @@ def queue_pairs_pin(
             )
         elif row.overlap is None or row.overlap < overlap or row.strategy != strategy:
             row.overlap = max(overlap, row.overlap or 0, project.overlap)
-            row.strategy, row.priority = strategy, priority
+            # Pinned, not drawn: whatever chance a strategy gave the pair no longer applies.
+            row.strategy, row.priority, row.probability, row.pool = strategy, priority, None, None
             changed.append(row)
     QueuePair.objects.bulk_create(new, batch_size=2000)
-    QueuePair.objects.bulk_update(changed, ["overlap", "strategy", "priority"], batch_size=2000)
+    QueuePair.objects.bulk_update(changed, ["overlap", *RANK_FIELDS], batch_size=2000)
     _slots_fill(project)
     return len(pairs)
 
@@ -245,7 +262,7 @@ def _pairs_upsert(project: Project, rows: list[QueuePair], dimension: Dimension 
             row.pk = pk
             changed.append(row)
     QueuePair.objects.bulk_create(new)
-    QueuePair.objects.bulk_update(changed, ["block", "priority", "strategy"])
+    QueuePair.objects.bulk_update(changed, ["block", *RANK_FIELDS])
 
 
 def _pairs_prune(
@@ -266,21 +283,35 @@ def _pairs_prune(
 
 def _slots_fill(project: Project) -> None:
     """Give every pair its overlap in slots (its own, else the project's) and copy the pair's
-    ordering fields onto open slots."""
+    ordering and selection fields onto open slots."""
     slots: dict[int, int] = {}
     for pair_id in QueueSlot.objects.filter(project=project).values_list("pair_id", flat=True):
         slots[pair_id] = slots.get(pair_id, 0) + 1
     new = []
-    for pair_id, block, priority, overlap in QueuePair.objects.filter(project=project).values_list(
-        "pk", "block", "priority", "overlap"
-    ):
+    for pair_id, overlap in QueuePair.objects.filter(project=project).values_list("pk", "overlap"):
         for _ in range((overlap or project.overlap) - slots.get(pair_id, 0)):
-            new.append(QueueSlot(pair_id=pair_id, project=project, block=block, priority=priority))
+            new.append(QueueSlot(pair_id=pair_id, project=project))
     for chunk in itertools.batched(new, 5000):
         QueueSlot.objects.bulk_create(chunk)
+    _slots_sync(project)
+
+
+def _slots_sync(project: Project) -> None:
+    """Copy each pair's block and rank onto its open slots, where the claim reads them."""
     pair = QueuePair.objects.filter(pk=OuterRef("pair_id"))
     QueueSlot.objects.filter(project=project, done_at__isnull=True).update(
-        block=Subquery(pair.values("block")[:1]), priority=Subquery(pair.values("priority")[:1])
+        block=Subquery(pair.values("block")[:1]),
+        **{name: Subquery(pair.values(name)[:1]) for name in SLOT_RANK_FIELDS},
+    )
+
+
+def _written_record(project: Project, strategy: QueueStrategy) -> None:
+    """Note when priorities were written and by which strategy (the Queue page says so); the
+    label counter starts over, since these priorities already saw every label so far."""
+    Project.objects.filter(pk=project.pk).update(
+        queue_written_at=timezone.now(),
+        queue_written_strategy=strategy.name,
+        queue_labels_since_refresh=0,
     )
 
 
@@ -311,6 +342,18 @@ def _held_reclaim(*, project: Project, annotator: Annotator, now: Any) -> QueueA
     return None
 
 
+def assignment_own(
+    *, project: Project, annotator: Annotator, assignment_id: int
+) -> QueueAssignment | None:
+    """One of this annotator's assignments in the project, ready for label_submit; None for
+    anyone else's (a caller answers 404: whether the id exists is not theirs to learn)."""
+    return (
+        QueueAssignment.objects.select_related("pair__project", "annotator")
+        .filter(pk=assignment_id, annotator=annotator, pair__project=project)
+        .first()
+    )
+
+
 def pair_claim_next(*, project: Project, annotator: Annotator) -> QueueAssignment | None:
     """The annotator's current unfinished assignment if its lease still runs, else a new claim
     on the best free slot of a pair this annotator has never been served; None when the queue
@@ -337,11 +380,14 @@ def pair_claim_next(*, project: Project, annotator: Annotator) -> QueueAssignmen
                 ).update(claimed_by=annotator, lease_until=now + LEASE)
                 if taken != 1:
                     continue  # someone else took it between our read and our update
+                # The slot carries the pair's selection chance: no read of the pair.
                 return QueueAssignment.objects.create(
                     pair_id=slot.pair_id,
                     annotator=annotator,
                     slot=slot,
                     slot_order=random.choice(("ab", "ba")),
+                    probability=slot.probability,
+                    pool=slot.pool,
                 )
         except IntegrityError:
             continue  # served to this annotator concurrently (another tab): try the next one
@@ -361,19 +407,24 @@ def label_submit(*, assignment: QueueAssignment, label: LabelInput) -> Preferenc
     second one."""
     pair = assignment.pair
     if label.side not in {"left", "right", "tie"}:
-        raise LabelRejected("side must be left, right or tie")
+        raise LabelRejected("side must be left, right or tie", field="side")
     if label.side == "tie" and not pair.project.allow_ties:
-        raise LabelRejected("this project does not allow ties")
+        raise LabelRejected("this project does not allow ties", field="side")
     if label.confidence not in {None, 0, 1, 2}:
-        raise LabelRejected("confidence must be 0, 1 or 2")
+        raise LabelRejected("confidence must be 0, 1 or 2", field="confidence")
     if label.seconds is not None and not 0 <= label.seconds < 86_400:
-        raise LabelRejected("seconds spent must be between 0 and 86400")
+        raise LabelRejected("seconds spent must be between 0 and 86400", field="seconds")
     left_is_a = assignment.slot_order == "ab"
     choice = {"tie": "tie", "left": "a" if left_is_a else "b", "right": "b" if left_is_a else "a"}
     now = timezone.now()
     with transaction.atomic():
-        # Lock the assignment so that a retry racing the original submission serializes.
-        QueueAssignment.objects.select_for_update().filter(pk=assignment.pk).first()
+        # Lock the assignment so that a retry racing the original submission serializes; its
+        # submitted_at, read under the lock, tells a first label from a revision.
+        [submitted_at] = (
+            QueueAssignment.objects.select_for_update()
+            .filter(pk=assignment.pk)
+            .values_list("submitted_at", flat=True)
+        )
         new = Preference(
             task_id=pair.task_id,
             response_a_id=pair.response_a_id,
@@ -385,6 +436,8 @@ def label_submit(*, assignment: QueueAssignment, label: LabelInput) -> Preferenc
             annotator=assignment.annotator,
             slot_order=assignment.slot_order,
             seconds_spent=None if label.seconds is None else round(label.seconds, 2),
+            selection_probability=assignment.probability,
+            selection_pool=assignment.pool,
         )
         a, b = pair.response_a_id, pair.response_b_id
         current = Preference.objects.filter(
@@ -403,7 +456,94 @@ def label_submit(*, assignment: QueueAssignment, label: LabelInput) -> Preferenc
         QueueSlot.objects.filter(
             pk=assignment.slot_id, claimed_by=assignment.annotator, done_at__isnull=True
         ).update(done_at=now)
+    if submitted_at is None:
+        # After the label's commit: every annotator's label updates this one project row, so
+        # its lock is held for one statement, not for a whole label transaction.
+        _labels_count(pair.project)
     return new
+
+
+def _labels_count(project: Project) -> None:
+    """Count a new label towards the next rewrite of priorities, and ask for one every
+    `queue_refresh_labels` labels. The reset is conditional, so of concurrent labels that reach
+    the threshold exactly one asks."""
+    if project.queue_refresh_labels == 0:
+        return
+    Project.objects.filter(pk=project.pk).update(
+        queue_labels_since_refresh=F("queue_labels_since_refresh") + 1
+    )
+    reached = Project.objects.filter(
+        pk=project.pk, queue_labels_since_refresh__gte=F("queue_refresh_labels")
+    ).update(queue_labels_since_refresh=0)
+    if reached:
+        queue_refresh_soon(project)
+
+
+# A refresh asked for this long ago and not yet started is taken as lost (a broker restart):
+# asking again enqueues a new one.
+QUEUE_REFRESH_STALE = timedelta(minutes=15)
+
+
+def queue_refresh_soon(project: Project) -> bool:
+    """Rewrite the project's priorities in the background, once this transaction commits;
+    nothing new when a refresh is already pending for the project. Returns whether this call
+    enqueued one."""
+    from labeling.tasks import queue_refresh_task
+
+    now = timezone.now()
+    asked = (
+        Project.objects.filter(pk=project.pk)
+        .filter(
+            Q(queue_refresh_requested_at__isnull=True)
+            | Q(queue_refresh_requested_at__lt=now - QUEUE_REFRESH_STALE)
+        )
+        .update(queue_refresh_requested_at=now)
+    )
+    if asked:
+        queue_refresh_task.delay_on_commit(project.pk)
+    return bool(asked)
+
+
+def queue_refresh(*, project: Project, seed: int = 0) -> int:
+    """Rewrite priority, probability and pool of the project's queued pairs that are not pinned,
+    with the strategy the project chose as it can run now (strategy_for): the same pairs, new
+    ranks, written in one transaction. Each pair is ranked once and its rank applies to every
+    dimension it is queued in. Returns the number of queue rows rewritten."""
+    # Cleared before ranking, so labels arriving while the strategy computes can ask again.
+    Project.objects.filter(pk=project.pk).update(queue_refresh_requested_at=None)
+    strategy = strategy_for(project, seed=seed).strategy
+    queued = list(
+        QueuePair.objects.filter(project=project, overlap__isnull=True)
+        .order_by("task_id", "response_a_id", "response_b_id", "pk")
+        .values_list("pk", "task_id", "response_a_id", "response_b_id")
+    )
+    keys = list(dict.fromkeys((t, a, b) for _, t, a, b in queued))
+    tasks = {
+        pk: (split, domain)
+        for pk, split, domain in Task.objects.filter(pk__in={t for t, _, _ in keys}).values_list(
+            "pk", "split", "domain"
+        )
+    }
+    # Ranked before the transaction: the writes lock open slots, which claims skip (SKIP
+    # LOCKED), so the locks last only as long as the UPDATEs. A pair a concurrent build
+    # removed meanwhile updates nothing; one it added keeps the build's rank.
+    candidates = [CandidatePair(t, *tasks[t], a, b) for t, a, b in keys]
+    ranks = dict(zip(keys, strategy.rank(candidates), strict=True))
+    rows = [
+        QueuePair(
+            pk=pk,
+            priority=ranks[(t, a, b)].priority,
+            probability=ranks[(t, a, b)].probability,
+            pool=ranks[(t, a, b)].pool,
+            strategy=strategy.name,
+        )
+        for pk, t, a, b in queued
+    ]
+    with transaction.atomic():
+        QueuePair.objects.bulk_update(rows, list(RANK_FIELDS), batch_size=2000)
+        _slots_sync(project)
+        _written_record(project, strategy)
+    return len(rows)
 
 
 def queue_blocks(*, project: Project) -> list[dict[str, Any]]:
@@ -436,3 +576,23 @@ def queue_progress(*, project: Project, annotator: Annotator | None = None) -> d
             annotator=annotator, submitted_at__isnull=False
         ).count()
     return progress
+
+
+def queue_settings_set(
+    *, project: Project, strategy: str, epsilon: float, refresh_labels: int
+) -> bool:
+    """Choose the project's queue strategy, its random share and its refresh count. Returns
+    whether the strategy or the share changed, that is whether the queued priorities are now
+    stale (the caller rewrites them: a build does, the Queue page asks for a refresh)."""
+    names = [spec.name for spec in strategy_specs()]
+    if strategy not in names:
+        raise ValueError(f"unknown queue strategy {strategy!r}; choose one of {', '.join(names)}")
+    if not 0 <= epsilon <= 1:
+        raise ValueError("the random share must be between 0 and 1")
+    if refresh_labels < 0:
+        raise ValueError("the refresh count cannot be negative")
+    ranking_changed = (strategy, epsilon) != (project.queue_strategy, project.queue_epsilon)
+    project.queue_strategy, project.queue_epsilon = strategy, epsilon
+    project.queue_refresh_labels = refresh_labels
+    project.save(update_fields=["queue_strategy", "queue_epsilon", "queue_refresh_labels"])
+    return ranking_changed

@@ -18,6 +18,8 @@ urlpatterns = [
         name="label-submit",
     ),
     path("p/<slug:slug>/queue/", label_views.queue_page, name="queue"),
+    path("p/<slug:slug>/queue/strategy/", label_views.queue_strategy_set, name="queue-strategy"),
+    path("p/<slug:slug>/queue/refresh/", label_views.queue_refresh_now, name="queue-refresh"),
     path("p/<slug:slug>/agreement/", label_views.agreement_page, name="agreement"),
     path("p/<slug:slug>/annotators/", label_views.annotators_page, name="annotators"),
     path("p/<slug:slug>/grade/", label_views.grade_page, name="grade"),

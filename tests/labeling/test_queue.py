@@ -84,9 +84,11 @@ def test_coverage_first_serves_meta_and_selection_first() -> None:
         CandidatePair(2, "meta", "", 3, 4),
         CandidatePair(3, "selection", "", 5, 6),
     ]
-    train, meta, selection = CoverageFirst(seed=1).priorities(pairs)
-    assert min(meta, selection) > train
-    assert CoverageFirst(seed=1).priorities(pairs) == [train, meta, selection]
+    train, meta, selection = CoverageFirst(seed=1).rank(pairs)
+    assert min(meta.priority, selection.priority) > train.priority
+    assert CoverageFirst(seed=1).rank(pairs) == [train, meta, selection]
+    # Coverage does not draw at random: no selection chance for the estimators to reweight.
+    assert {(r.probability, r.pool) for r in (train, meta, selection)} == {(None, None)}
 
 
 def test_overlap_one_gives_distinct_pairs_and_none_twice(queued: Project) -> None:
