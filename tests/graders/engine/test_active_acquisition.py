@@ -32,8 +32,9 @@ def two_candidate_p_best(alpha: list[float], beta: list[float]) -> float:
     return float(integrate.quad(integrand, 0, 1, epsabs=1e-12)[0])
 
 
-def binary_entropy(p: float) -> float:
-    return -(p * math.log(p) + (1 - p) * math.log(1 - p))
+def binary_divergence(p: float, q: float) -> float:
+    """KL((p, 1 - p) || (q, 1 - q)) in nats."""
+    return p * math.log(p / q) + (1 - p) * math.log((1 - p) / (1 - q))
 
 
 def test_a_pair_every_candidate_votes_the_same_way_is_worth_exactly_zero() -> None:
@@ -54,12 +55,14 @@ def test_information_gain_follows_its_definition_for_two_candidates() -> None:
 
     # Label +1 credits candidate 0 (alpha 4 -> 5) and not candidate 1 (beta 3 -> 4); label -1
     # the other way round. P(+1) = 0.9 * (P_best(0) * 1 + P_best(1) * 0) + 0.1 * 0.5.
+    # The gain is P(+1) KL(P_best | +1 || P_best) + P(-1) KL(P_best | -1 || P_best).
     now = two_candidate_p_best(alpha, beta)
     if_a = two_candidate_p_best([5.0, 3.0], [2.0, 4.0])
     if_b = two_candidate_p_best([4.0, 4.0], [3.0, 3.0])
     p_a = 0.9 * now + 0.05
-    expected = binary_entropy(now) - (p_a * binary_entropy(if_a) + (1 - p_a) * binary_entropy(if_b))
-    assert gain == pytest.approx(max(0.0, expected), abs=1e-5)
+    expected = p_a * binary_divergence(if_a, now) + (1 - p_a) * binary_divergence(if_b, now)
+    assert expected > 0.01
+    assert gain == pytest.approx(expected, rel=1e-3)
 
 
 def test_a_pair_between_the_leaders_is_worth_more_than_one_against_an_outsider() -> None:
