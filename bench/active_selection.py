@@ -37,7 +37,9 @@ rewritten after every `refresh` labels (1: after each label), the highest unlabe
 It prints, per strategy, the labels needed until at least 90% of seeds are decided at that
 count and at every larger one, and the ratio to uniform random (target: which grader wins at
 most 0.5x), writes the curves (share of seeds decided against labels) as an SVG, and prints the
-host speed and the wall time.
+host speed and the wall time of the seeds. A last line times one information_gain call at the
+queue's scale: 100,000 pairs (10,000 tasks x 5 responses) and 30 graders (3 judges x 10
+prompts) of the same model, after 300 labels.
 """
 
 import argparse
@@ -75,6 +77,7 @@ LOADING_RANGE = (0.7, 1.0)
 JUDGE_SD = 0.25
 OWN_SD = 0.1
 SCORE_SCALE = 2.5
+SCALE_TASKS, SCALE_JUDGES, SCALE_PROMPTS, SCALE_LABELS = 10_000, 3, 10, 300
 STRATEGIES = ("uniform random", "vote entropy", "margin of the current best", "which grader wins")
 COLORS = ("#6b7280", "#2563eb", "#d97706", "#059669")
 
@@ -93,13 +96,19 @@ class World:
     patterns: IntArray  # distinct vote rows
 
 
-def world_build(seed: int, tasks: int, responses: int) -> World:
+def world_build(
+    seed: int,
+    tasks: int,
+    responses: int,
+    judges: int = JUDGES,
+    prompts_per_judge: int = PROMPTS_PER_JUDGE,
+) -> World:
     rng = np.random.default_rng([seed, 0])
-    graders = JUDGES * PROMPTS_PER_JUDGE
+    graders = judges * prompts_per_judge
     quality = rng.normal(size=(tasks, responses))
     shared = rng.normal(scale=SHARED_SD, size=(tasks, responses, 1))
     judge = np.repeat(
-        rng.normal(scale=JUDGE_SD, size=(tasks, responses, JUDGES)), PROMPTS_PER_JUDGE, axis=2
+        rng.normal(scale=JUDGE_SD, size=(tasks, responses, judges)), prompts_per_judge, axis=2
     )
     loading = rng.permutation(np.linspace(*LOADING_RANGE, graders))
     own = rng.normal(scale=OWN_SD, size=(tasks, responses, graders))
@@ -200,6 +209,19 @@ def seed_run(job: tuple[int, int, int, int, float]) -> tuple[BoolArray, FloatArr
     return curves, world.accuracy, unanimous
 
 
+def scale_check() -> tuple[int, int, int, float]:
+    """Seconds information_gain takes over SCALE_TASKS x 5 responses (100,000 pairs) and
+    SCALE_JUDGES x SCALE_PROMPTS (30) graders of the same model, after SCALE_LABELS labels;
+    with the pairs, graders and distinct vote patterns."""
+    world = world_build(0, SCALE_TASKS, 5, SCALE_JUDGES, SCALE_PROMPTS)
+    first = np.arange(SCALE_LABELS)
+    posterior = posterior_from_labels(world.votes[first], world.truth[first])
+    started = time.perf_counter()
+    information_gain(posterior, world.votes)
+    seconds = time.perf_counter() - started
+    return world.votes.shape[0], world.votes.shape[1], len(world.patterns), seconds
+
+
 def labels_needed(share: FloatArray) -> int | None:
     """The smallest n from which at least DECIDED_SHARE of seeds are decided at every count."""
     below = np.flatnonzero(share < DECIDED_SHARE - 1e-12)
@@ -295,7 +317,8 @@ def main() -> None:
         os.environ[variable] = "1"
     with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
         results = pool.map(seed_run, jobs, chunksize=max(1, args.seeds // (4 * args.workers)))
-    wall = time.perf_counter() - started
+        wall = time.perf_counter() - started
+        scale = pool.apply(scale_check)
 
     curves = np.stack([curve for curve, _, _ in results])  # (seeds, strategies, labels + 1)
     accuracies = np.stack([accuracy for _, accuracy, _ in results])
@@ -344,6 +367,10 @@ def main() -> None:
         f"Chosen grader within 1 point of the best, {args.seeds} seeds, {pairs} pairs",
     )
     print(f"plot: {args.plot}")
+    print(
+        f"scale: information gain over {scale[0]:,} pairs x {scale[1]} graders "
+        f"({scale[2]:,} distinct vote patterns): {scale[3]:.2f} s"
+    )
     print(f"host:      fixed Python loop: {host_ms:.0f} ms (best of 5; lower is faster)")
     print(f"wall time: {wall:.1f} s on {args.workers} worker(s)")
 

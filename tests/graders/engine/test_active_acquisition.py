@@ -65,6 +65,18 @@ def test_information_gain_follows_its_definition_for_two_candidates() -> None:
     assert gain == pytest.approx(expected, rel=1e-3)
 
 
+def test_a_pair_where_the_leader_abstains_and_the_runner_up_commits_is_worth_a_label() -> None:
+    # P(best) = [0.711, 0.289]. The leader ties, the runner-up votes b: P(b better) =
+    # 0.9 * (0.711 * 0.5 + 0.289 * 1) + 0.05 = 0.63, and either outcome moves P(best). The
+    # entropy difference H(P_best) - E[H(P_best | y)] is -0.0135 here (the likelier outcome
+    # raises the entropy), which clipped to 0 would never serve the pair.
+    posterior = Posterior(alpha=np.array([21.0, 22.0]), beta=np.array([7.0, 10.0]))
+
+    gain = information_gain(posterior, np.array([[0, -1]]))[0]
+
+    assert gain == pytest.approx(0.0055, abs=2e-4)
+
+
 def test_a_pair_between_the_leaders_is_worth_more_than_one_against_an_outsider() -> None:
     posterior = Posterior(alpha=np.array([20.0, 20.0, 2.0]), beta=np.array([10.0, 10.0, 30.0]))
     votes = np.array([[1, -1, 1], [1, 1, -1]])
