@@ -17,7 +17,7 @@ from graders.engine.active.acquisition import (
     margin_value,
     vote_entropy,
 )
-from graders.engine.active.posterior import Posterior
+from graders.engine.active.posterior import Posterior, p_best
 
 NAN = math.nan
 property_settings = settings(database=None, deadline=None, max_examples=60)
@@ -63,6 +63,27 @@ def test_information_gain_follows_its_definition_for_two_candidates() -> None:
     expected = p_a * binary_divergence(if_a, now) + (1 - p_a) * binary_divergence(if_b, now)
     assert expected > 0.01
     assert gain == pytest.approx(expected, rel=1e-3)
+
+
+def test_information_gain_matches_p_best_of_each_updated_posterior() -> None:
+    # Four candidates, ties among the votes: the shared grid and the per-vote levels must give
+    # what p_best gives on each posterior after the label, computed one by one.
+    alpha, beta = np.array([9.0, 8.5, 6.0, 7.0]), np.array([4.0, 4.5, 7.0, 6.0])
+    posterior = Posterior(alpha=alpha, beta=beta)
+    votes = np.array([[1, -1, 0, 1], [0, 1, -1, 0], [-1, 0, 0, 1]])
+    now = p_best(posterior)
+
+    expected = []
+    for row in votes:
+        credit_if_a = (1 + row) / 2
+        outcomes = []
+        for credit in (credit_if_a, 1 - credit_if_a):
+            after = p_best(Posterior(alpha=alpha + credit, beta=beta + 1 - credit))
+            outcomes.append(float((after * np.log(after / now)).sum()))
+        p_a = 0.9 * float((now * credit_if_a).sum()) + 0.05
+        expected.append(p_a * outcomes[0] + (1 - p_a) * outcomes[1])
+
+    assert information_gain(posterior, votes) == pytest.approx(expected, rel=1e-3)
 
 
 def test_a_pair_where_the_leader_abstains_and_the_runner_up_commits_is_worth_a_label() -> None:
