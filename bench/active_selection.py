@@ -40,6 +40,12 @@ most 0.5x), writes the curves (share of seeds decided against labels) as an SVG,
 host speed and the wall time of the seeds. A last line times one information_gain call at the
 queue's scale: 100,000 pairs (10,000 tasks x 5 responses) and 30 graders (3 judges x 10
 prompts) of the same model, after 300 labels.
+
+Recorded (defaults, 200 seeds): labels to 90% uniform random 117, vote entropy 47 (0.40x),
+margin of the current best 90 (0.77x), which grader wins 28 (0.24x); with --refresh 20 vote
+entropy 40 and which grader wins 36 (0.31x); with --tasks 80 (800 pairs, 100 seeds) random 135
+and which grader wins 33 (0.24x). Information gain at 100,000 pairs x 30 graders: about 1 s.
+About 80 s of wall time on 2 idle cores (host loop near 60 ms), 137 s on a busy host (158 ms).
 """
 
 import argparse
