@@ -7,6 +7,8 @@ that they estimate the mean over the whole pool (DESIGN.md section 8, issue 15 i
   (probability NaN) weigh 1 and uniform labels reduce to the plain mean. It is consistent, not
   exact: the ratio is off by O(1 / labels), and treating q as a share of the inclusion
   probability holds while the labels are a small part of the pool (the queue rewrites q often).
+  Its task-bootstrap interval is metrics.task_bootstrap_ci over per-task sums of w * value and
+  of w: the same ratio, resampled by task.
 - lure_mean: LURE (Farquhar et al. 2021, used for active testing by Kossen et al. 2021), exactly
   unbiased for M labels acquired one at a time without replacement from a pool of N, when q_m
   is the probability the m-th pick had among the N - m + 1 pairs then left.

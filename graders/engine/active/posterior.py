@@ -10,13 +10,14 @@ the posterior Beta(prior + c_k, prior + n - c_k).
 P(best)(k) = integral of f_k(x) * prod_{j != k} F_j(x) dx, integrated on a grid of GRID_CELLS
 equal cells spanning every candidate's mean +- TAIL_SDS standard deviations (clipped to [0, 1]):
 
-- each cell's Beta mass is the density at the cell's midpoint, normalized over the cells (the
-  density is never evaluated at 0 or 1, where it can be infinite); the normalizing constant, a
-  Beta function, cancels, so no log-gamma is needed;
+- each cell's Beta mass is its width times the density at its midpoint (a cell at 0 or 1
+  integrates the factor that can be infinite there exactly), normalized over the cells, so the
+  Beta function cancels and no log-gamma is needed;
 - within a cell, k's mass times the others' CDFs averaged over the cell's two edges, a
   second-order rule that is exact for two candidates (the sum telescopes to the cell's mass of
   the maximum), then normalized so that P(best) sums to 1; GridLevels does the products as
-  matrix products, so that many alternative posteriors cost little more than one.
+  matrix products, so that many alternative posteriors cost little more than one, and skips
+  the cells where no candidate can be best.
 
 Candidates share n, so their posteriors have similar widths and the span stays a few widths
 wide. Against quadrature P(best) is within about 1e-5, 1e-4 where a density is infinite at 0
@@ -78,9 +79,7 @@ def posterior_from_labels(votes: IntArray, labels: IntArray, *, prior: float = 1
         raise ValueError(f"prior must be a positive number, got {prior}")
     counted = discriminating(votes)
     credit = vote_credit(votes[counted], labels[counted, None]).sum(axis=0)
-    return Posterior(
-        alpha=prior + credit, beta=prior + float(counted.sum()) - credit.astype(np.float64)
-    )
+    return Posterior(alpha=prior + credit, beta=prior + float(counted.sum()) - credit)
 
 
 def p_best(posterior: Posterior) -> FloatArray:
@@ -94,13 +93,11 @@ def p_best(posterior: Posterior) -> FloatArray:
 
 def entropy(p: FloatArray) -> float:
     """Shannon entropy in nats, with 0 log 0 = 0."""
-    values = np.asarray(p, dtype=np.float64)
-    positive = values[values > 0]
-    return float(-(positive * np.log(positive)).sum())
+    return float(entropies(np.asarray(p, dtype=np.float64)))
 
 
 def entropies(p: FloatArray) -> FloatArray:
-    """`entropy` of each row of a 2-D array (one distribution per row)."""
+    """`entropy` of each row (the last axis holds one distribution)."""
     values = np.asarray(p, dtype=np.float64)
     terms = np.where(values > 0, values * np.log(np.where(values > 0, values, 1.0)), 0.0)
     result: FloatArray = -terms.sum(axis=-1)
@@ -114,7 +111,8 @@ def labels_to_decide(
     of information: (H(P_best) - H_threshold) / gain_per_label, with H_threshold the entropy of
     `threshold` on one candidate and the rest spread evenly over the others (the most uncertain
     distribution that has decided). 0 when a candidate already has P(best) >= threshold, None
-    when gain_per_label <= 0 (the labels left cannot move P(best)).
+    when gain_per_label <= 0 (the labels left cannot move P(best)). gain_per_label is in nats,
+    as information_gain is: the mean gain of the pairs about to be served, say.
 
     A distribution can be below H_threshold without any candidate reaching `threshold` (most of
     the rest on one runner-up); its information is then spent and the answer is 0.

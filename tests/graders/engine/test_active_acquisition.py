@@ -17,7 +17,7 @@ from graders.engine.active.acquisition import (
     margin_value,
     vote_entropy,
 )
-from graders.engine.active.posterior import Posterior
+from graders.engine.active.posterior import Posterior, p_best
 
 NAN = math.nan
 property_settings = settings(database=None, deadline=None, max_examples=60)
@@ -32,8 +32,9 @@ def two_candidate_p_best(alpha: list[float], beta: list[float]) -> float:
     return float(integrate.quad(integrand, 0, 1, epsabs=1e-12)[0])
 
 
-def binary_entropy(p: float) -> float:
-    return -(p * math.log(p) + (1 - p) * math.log(1 - p))
+def binary_divergence(p: float, q: float) -> float:
+    """KL((p, 1 - p) || (q, 1 - q)) in nats."""
+    return p * math.log(p / q) + (1 - p) * math.log((1 - p) / (1 - q))
 
 
 def test_a_pair_every_candidate_votes_the_same_way_is_worth_exactly_zero() -> None:
@@ -54,12 +55,47 @@ def test_information_gain_follows_its_definition_for_two_candidates() -> None:
 
     # Label +1 credits candidate 0 (alpha 4 -> 5) and not candidate 1 (beta 3 -> 4); label -1
     # the other way round. P(+1) = 0.9 * (P_best(0) * 1 + P_best(1) * 0) + 0.1 * 0.5.
+    # The gain is P(+1) KL(P_best | +1 || P_best) + P(-1) KL(P_best | -1 || P_best).
     now = two_candidate_p_best(alpha, beta)
     if_a = two_candidate_p_best([5.0, 3.0], [2.0, 4.0])
     if_b = two_candidate_p_best([4.0, 4.0], [3.0, 3.0])
     p_a = 0.9 * now + 0.05
-    expected = binary_entropy(now) - (p_a * binary_entropy(if_a) + (1 - p_a) * binary_entropy(if_b))
-    assert gain == pytest.approx(max(0.0, expected), abs=1e-5)
+    expected = p_a * binary_divergence(if_a, now) + (1 - p_a) * binary_divergence(if_b, now)
+    assert expected > 0.01
+    assert gain == pytest.approx(expected, rel=1e-3)
+
+
+def test_information_gain_matches_p_best_of_each_updated_posterior() -> None:
+    # Four candidates, ties among the votes: the shared grid and the per-vote levels must give
+    # what p_best gives on each posterior after the label, computed one by one.
+    alpha, beta = np.array([9.0, 8.5, 6.0, 7.0]), np.array([4.0, 4.5, 7.0, 6.0])
+    posterior = Posterior(alpha=alpha, beta=beta)
+    votes = np.array([[1, -1, 0, 1], [0, 1, -1, 0], [-1, 0, 0, 1]])
+    now = p_best(posterior)
+
+    expected = []
+    for row in votes:
+        credit_if_a = (1 + row) / 2
+        outcomes = []
+        for credit in (credit_if_a, 1 - credit_if_a):
+            after = p_best(Posterior(alpha=alpha + credit, beta=beta + 1 - credit))
+            outcomes.append(float((after * np.log(after / now)).sum()))
+        p_a = 0.9 * float((now * credit_if_a).sum()) + 0.05
+        expected.append(p_a * outcomes[0] + (1 - p_a) * outcomes[1])
+
+    assert information_gain(posterior, votes) == pytest.approx(expected, rel=1e-3)
+
+
+def test_a_pair_where_the_leader_abstains_and_the_runner_up_commits_is_worth_a_label() -> None:
+    # P(best) = [0.711, 0.289]. The leader ties, the runner-up votes b: P(b better) =
+    # 0.9 * (0.711 * 0.5 + 0.289 * 1) + 0.05 = 0.63, and either outcome moves P(best). The
+    # entropy difference H(P_best) - E[H(P_best | y)] is -0.0135 here (the likelier outcome
+    # raises the entropy), which clipped to 0 would never serve the pair.
+    posterior = Posterior(alpha=np.array([21.0, 22.0]), beta=np.array([7.0, 10.0]))
+
+    gain = information_gain(posterior, np.array([[0, -1]]))[0]
+
+    assert gain == pytest.approx(0.0055, abs=2e-4)
 
 
 def test_a_pair_between_the_leaders_is_worth_more_than_one_against_an_outsider() -> None:

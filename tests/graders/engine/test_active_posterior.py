@@ -87,6 +87,10 @@ def test_symmetric_candidates_get_equal_p_best() -> None:
     assert mixed.sum() == pytest.approx(1.0, abs=1e-12)
 
 
+def test_a_single_candidate_is_surely_best() -> None:
+    assert p_best(posterior([3], [2])).tolist() == [1.0]
+
+
 def test_a_dominant_candidate_is_nearly_surely_best() -> None:
     result = p_best(posterior([200, 10, 12], [10, 200, 198]))
 
