@@ -1,6 +1,8 @@
 """Ranking accuracy on actively chosen labels, reweighted by inverse selection probability
 (DESIGN.md section 8), on a hand-computed case, and both figures on the run page."""
 
+import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,8 @@ from graders.services import metagrader_register
 from labeling.imports import jsonl_import
 from labeling.jobs import job_create
 from labeling.models import Annotator, Preference, Project, Response
+from labeling.queue import queue_build
+from labeling.strategies import CandidatePair, Ranked
 from tests.graders.test_search_views import judge, logged_in, search, split_project  # noqa: F401
 from tests.labeling.helpers import write_jsonl
 
@@ -163,3 +167,58 @@ def test_the_leaderboard_shows_both_figures_where_a_selection_was_reweighted(
     assert "plain 0.800 / reweighted 0.710 (12 of 30 pairs chosen actively)" in html
     assert "plain 0.750 / reweighted 0.650 (12 of 30 pairs chosen actively)" in html
     assert html.count("pairs chosen actively") == 2  # only the reweighted candidate says so
+
+
+class ByTask:
+    """Chances known in advance over a pool of all six pairs: 1/4 for t1's pairs, 1/12 for
+    t2's (not a distribution; the estimator only needs each pair's chance)."""
+
+    name = "by_task"
+
+    def __init__(self, first_task: int) -> None:
+        self.first_task = first_task
+
+    def rank(self, pairs: Sequence[CandidatePair]) -> list[Ranked]:
+        return [
+            Ranked(float(p.response_a), 1 / 4 if p.task_id == self.first_task else 1 / 12, 6)
+            for p in pairs
+        ]
+
+
+# The expert's order within each task, best first.
+TRUTH = {"t1": ["t1/a", "t1/b", "t1/c"], "t2": ["t2/f", "t2/d", "t2/e"]}
+
+
+def test_labels_posted_through_the_api_on_a_sampled_queue_are_reweighted(
+    project: Project, run: GradingRun, expert_user: User
+) -> None:
+    first_task = Response.objects.get(project=project, external_id="t1/a").task_id
+    queue_build(project=project, strategy=ByTask(first_task), dimensions=[None])
+    client = logged_in(expert_user)
+    content_of = {f"answer {r}": r for r in REWARDS}
+    labeled = 0
+    while (served := client.post(reverse("api-queue-next", args=["acme"]))).status_code == 200:
+        body = served.json()
+        left, right = content_of[body["left"]["content"]], content_of[body["right"]["content"]]
+        order = TRUTH[left.split("/")[0]]
+        side = "left" if order.index(left) < order.index(right) else "right"
+        answer = client.post(
+            reverse("api-labels", args=["acme"]),
+            json.dumps({"assignment": body["assignment"], "side": side}),
+            content_type="application/json",
+        )
+        assert answer.status_code == 200
+        labeled += 1
+    assert labeled == 6
+
+    evaluation = grading_evaluate(run=run)
+    # Credits (reported / tolerant, tol 0.1): t1 a>b 0.7, a>c 0.9, b>c 0.2: 1/1 each; t2 f>d
+    # -0.05: 0/0.5, f>e 0.25: 1/1, d>e 0.3: 1/1.
+    # Plain: reported 5/6, tolerant (3 + 2.5)/6 = 5.5/6.
+    assert evaluation["ranking_accuracy"]["value"] == pytest.approx(5 / 6)
+    assert evaluation["tolerant_ranking_accuracy"]["value"] == pytest.approx(5.5 / 6)
+    # Weights: t1 1 / (6 * 1/4) = 2/3 each, t2 1 / (6 * 1/12) = 2 each; sum 3 * 2/3 + 3 * 2 = 8.
+    # Reported: (3 * 2/3 + 2 * (0 + 1 + 1)) / 8 = 6/8; tolerant (2 + 2 * 2.5) / 8 = 7/8.
+    assert evaluation["reweighted"]["ranking_accuracy"] == pytest.approx(6 / 8)
+    assert evaluation["reweighted"]["tolerant_ranking_accuracy"] == pytest.approx(7 / 8)
+    assert evaluation["reweighted"]["active_pairs"] == 6

@@ -137,3 +137,14 @@ def test_someone_elses_assignment_is_a_404_and_roles_apply(
     assert post(client_for(reviewer_user), NEXT).status_code == 403
     assert post(client_for(outsider), NEXT).status_code == 404
     assert post(Client(), NEXT).status_code == 403  # not logged in
+
+
+def test_a_label_api_write_needs_the_csrf_token(
+    secretive: Project,  # noqa: F811
+    expert_user: User,
+) -> None:
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(expert_user)
+    refused = post(client, NEXT)
+    assert refused.status_code == 403 and "CSRF" in refused.json()["detail"]
+    assert not QueueAssignment.objects.exists()

@@ -33,6 +33,7 @@ from labeling.strategies import (
     strategy_specs,
 )
 from labeling.tasks import queue_refresh_task
+from tests.conftest import wait_for
 from tests.labeling.helpers import write_jsonl
 from tests.labeling.test_queue import tasks_with_responses
 
@@ -265,3 +266,33 @@ def test_a_pending_refresh_is_asked_for_again_only_once_it_is_stale(
     with django_capture_on_commit_callbacks() as sent:
         assert queue_refresh_soon(project) is True
     assert len(sent) == 1
+
+
+@pytest.mark.worker
+def test_a_real_worker_rewrites_the_priorities_asked_for(
+    celery_worker_process: str, tmp_path: Path
+) -> None:
+    project = Project.objects.create(slug="live", name="Live")
+    records = tasks_with_responses(2, 3)
+    jsonl_import(project=project, path=write_jsonl(tmp_path / "q.jsonl", records))
+    queue_build(project=project, strategy=CoverageFirst(seed=5), dimensions=[None])
+    built = dict(QueuePair.objects.values_list("pk", "priority"))
+    project.refresh_from_db()
+    assert queue_refresh_soon(project)  # autocommit: enqueued now
+    assert wait_for(
+        lambda: (
+            not Project.objects.filter(
+                pk=project.pk, queue_refresh_requested_at__isnull=False
+            ).exists()
+        ),
+        timeout=90,
+    )
+    assert wait_for(
+        lambda: dict(QueuePair.objects.values_list("pk", "priority")) != built, timeout=30
+    )
+    # The worker ranked with the project's strategy at its default seed, 0, not the build's 5.
+    expected = QueuePair.objects.order_by("task_id", "response_a_id", "response_b_id")
+    pairs = [
+        CandidatePair(p.task_id, "train", "", p.response_a_id, p.response_b_id) for p in expected
+    ]
+    assert [p.priority for p in expected] == [r.priority for r in CoverageFirst(0).rank(pairs)]
