@@ -67,6 +67,12 @@ class SelectionRule(StrEnum):
         return self in (SelectionRule.HOLDOUT, SelectionRule.THRESHOLDOUT)
 
 
+# The rule a search uses unless told otherwise: the one bench/selection_overfit.py shows best
+# (as good a pick in truth as argmax, with a far smaller optimism gap; its docstring has the
+# numbers).
+DEFAULT_RULE = SelectionRule.HOLDOUT
+
+
 @dataclass(frozen=True)
 class SelectionInput:
     """One search's candidates on D_selection, in proposal order (the baseline first).
@@ -109,15 +115,16 @@ class SelectionInput:
 @dataclass(frozen=True)
 class Selection:
     """A rule's verdict. `pick` is NaN for candidates the rule does not consider (outside the
-    holdout rules' shortlist); `untouched` is accuracy on the untouched part, None for rules
-    without a split."""
+    holdout rules' shortlist); `untouched` is accuracy on the untouched part and
+    `untouched_tasks` marks that part's tasks, both None for rules without a split."""
 
     rule: SelectionRule
     score: FloatArray
     feedback: FloatArray
     pick: FloatArray
-    untouched: FloatArray | None
     winner: int
+    untouched: FloatArray | None = None
+    untouched_tasks: BoolArray | None = None
 
     @property
     def estimate(self) -> float:
@@ -148,7 +155,7 @@ def selection_select(
             pick = bootstrap_lower_bounds(data.credit, data.pairs, draws=draws)
         else:
             pick = bootstrap_p_best(data.credit, data.pairs, draws=draws)
-        return Selection(rule, score, score, pick, None, best_index(pick, data.cost))
+        return Selection(rule, score, score, pick, best_index(pick, data.cost))
     untouched_mask = untouched_tasks(data.tasks, data.seed)
     feedback_part = _accuracy(data.credit[:, ~untouched_mask], data.pairs[~untouched_mask])
     untouched = _accuracy(data.credit[:, untouched_mask], data.pairs[untouched_mask])
@@ -162,7 +169,8 @@ def selection_select(
     pick = np.full(score.shape, np.nan)
     listed = ranked_indices(feedback, data.cost)[:shortlist]
     pick[listed] = untouched[listed]
-    return Selection(rule, score, feedback, pick, untouched, best_index(pick, data.cost))
+    winner = best_index(pick, data.cost)
+    return Selection(rule, score, feedback, pick, winner, untouched, untouched_mask)
 
 
 def untouched_tasks(tasks: IntArray, seed: int) -> BoolArray:
