@@ -16,10 +16,22 @@ from django.test import Client
 
 from graders.candidates import candidates_select
 from graders.engine.baseline import baseline_program
+from graders.engine.judge import Budget
 from graders.engine.proposer import BLOCKS_BY_NAME
 from graders.engine.selection import SelectionInput, SelectionRule, selection_select
-from graders.models import Candidate, Grade, GradingRun, JudgeEndpoint, SearchRun
+from graders.models import (
+    Candidate,
+    CandidateStatus,
+    Grade,
+    GradingRun,
+    JudgeEndpoint,
+    Metagrader,
+    Origin,
+    SearchRun,
+)
 from graders.search import SearchInvalid, search_run_execute, search_start
+from graders.search_proposals import round_propose
+from graders.services import metagrader_register
 from labeling.models import Project, Score, Task
 from tests.fakes.openai_server import FakeJudgeServer
 from tests.graders.conftest import verifying_responder
@@ -231,3 +243,45 @@ def test_the_search_page_shows_the_rule_and_the_untouched_side_of_the_curve(
     search.save(update_fields=["selection_rule", "curve"])
     page = client.get(f"/p/{search_project.slug}/searches/{search.pk}/").content.decode()
     assert "D_selection, untouched" not in page and 'class="point untouched"' not in page
+
+
+def test_the_structured_proposer_breeds_from_the_best_by_what_it_was_told(
+    search_project: Project, search_judge: JudgeEndpoint
+) -> None:
+    search = search_start(
+        project=search_project,
+        kind="scalar",
+        mode="evolutionary",
+        endpoint=search_judge,
+        n=3,
+        iterations=1,
+        k=6,
+        selection_rule=SelectionRule.HOLDOUT.value,
+    )
+    baseline = baseline_program("scalar").to_json()
+    programs = [
+        BLOCKS_BY_NAME[block].apply(baseline) | {"name": f"p{number}"}
+        for number, block in enumerate(
+            ["add_verify_step", "add_fresh_rescore", "reason_first", "wording_strict"]
+        )
+    ]
+    # p3 leads on all of D_selection but was told the least (its lead is on the untouched
+    # part): it must not breed.
+    for position, (program, score, told) in enumerate(
+        zip(programs, [0.6, 0.6, 0.6, 0.9], [0.8, 0.7, 0.6, 0.1], strict=True)
+    ):
+        Candidate.objects.create(
+            search=search,
+            metagrader=metagrader_register(
+                project=search_project, program=program, origin=Origin.SEARCH
+            ),
+            iteration=0,
+            position=position,
+            status=CandidateStatus.GRADED,
+            score=score,
+            feedback_score=told,
+        )
+    children = round_propose(search, 1, Budget(), lambda usage: None)
+    parents = {c.metagrader.parent_id for c in children}
+    named = dict(Metagrader.objects.filter(pk__in=parents).values_list("pk", "name"))
+    assert len(children) == 6 and set(named.values()) <= {"p0", "p1", "p2"}
