@@ -23,7 +23,7 @@ from graders.candidates import CandidateSelection, candidates_select
 from graders.engine.judge import Budget, Usage
 from graders.engine.metrics import task_bootstrap_ci
 from graders.engine.programs import KINDS
-from graders.engine.selection import DEFAULT_RULE, SelectionRule
+from graders.engine.selection import DEFAULT_RULE, FloatArray, SelectionRule
 from graders.grading import run_budget, run_complete, run_finish, run_grade
 from graders.models import (
     Candidate,
@@ -455,7 +455,7 @@ def _selection_side(chosen: CandidateSelection) -> dict[str, Any]:
     interval, and for a rule with a split the untouched part's accuracy and interval too.
     Thresholdout's answers are noisy releases, not estimates, so they carry no interval."""
     best, selection = chosen.winner, chosen.selection
-    index = chosen.selection.winner
+    index = selection.winner
     if selection.untouched is None or selection.untouched_tasks is None:
         assert best.selection_run is not None
         metric = best.selection_run.evaluation.get("tolerant_ranking_accuracy") or {}
@@ -473,7 +473,7 @@ def _selection_side(chosen: CandidateSelection) -> dict[str, Any]:
     }
 
 
-def _part_ci(credit: Any, pairs: Any) -> list[float] | None:
+def _part_ci(credit: FloatArray, pairs: FloatArray) -> list[float] | None:
     """A part's task-bootstrap interval; none over a single task (see graders/evaluation)."""
     if pairs.size < 2:
         return None
