@@ -17,8 +17,13 @@ from django.test import Client
 from graders.candidates import candidates_select
 from graders.engine.baseline import baseline_program
 from graders.engine.judge import Budget
-from graders.engine.proposer import BLOCKS_BY_NAME
-from graders.engine.selection import SelectionInput, SelectionRule, selection_select
+from graders.engine.proposer import BLOCKS_BY_NAME, FRESH_INSTRUCTION, VERIFY_INSTRUCTION
+from graders.engine.selection import (
+    SelectionInput,
+    SelectionRule,
+    selection_select,
+    untouched_tasks,
+)
 from graders.models import (
     Candidate,
     CandidateStatus,
@@ -34,7 +39,7 @@ from graders.search_proposals import round_propose
 from graders.services import metagrader_register
 from labeling.models import Project, Score, Task
 from tests.fakes.openai_server import FakeJudgeServer
-from tests.graders.conftest import verifying_responder
+from tests.graders.conftest import QUALITY, VERIFIED, verifying_responder
 
 pytestmark = pytest.mark.django_db
 
@@ -285,3 +290,64 @@ def test_the_structured_proposer_breeds_from_the_best_by_what_it_was_told(
     parents = {c.metagrader.parent_id for c in children}
     named = dict(Metagrader.objects.filter(pk__in=parents).values_list("pk", "name"))
     assert len(children) == 6 and set(named.values()) <= {"p0", "p1", "p2"}
+
+
+def test_argmax_and_the_holdout_rules_part_ways_when_a_lead_is_on_the_proposers_side(
+    search_project: Project, search_judge: JudgeEndpoint, fake_judge: FakeJudgeServer
+) -> None:
+    """Two proposals: A grades right on the feedback tasks, B on the untouched one (2.5 of 3
+    pairs' credit; elsewhere every reward is 0.5, all ties: 1.5 of 3). On all of D_selection A
+    leads, (2.5 + 2.5 + 1.5) / 9 against (1.5 + 1.5 + 2.5) / 9, so argmax picks A; the holdout
+    rules pick B, the better on the part the proposer never saw. The lower bound picks the
+    baseline: a resample draws A's 0.5 task three times with probability (1/3)^3 = 0.037 >
+    0.025, so A's 2.5 percentile is 0.5, the baseline's constant 0.5, and the baseline makes one
+    judge call per response to A's two."""
+    tasks = dict(Task.objects.filter(split="selection").values_list("pk", "external_id"))
+    pks = np.array(sorted(tasks), dtype=np.int64)
+    # A seed whose split keeps one of the three tasks untouched.
+    seed = next(s for s in range(50) if untouched_tasks(pks, s).sum() == 1)
+    held = untouched_tasks(pks, seed)
+    b_tasks = {tasks[pk] for pk, kept in zip(pks.tolist(), held.tolist(), strict=True) if kept}
+    baseline = baseline_program("scalar").to_json()
+    a_program = BLOCKS_BY_NAME["add_verify_step"].apply(baseline) | {"name": "a-verifier"}
+    b_program = BLOCKS_BY_NAME["add_fresh_rescore"].apply(baseline) | {"name": "b-rescorer"}
+
+    def responder(body: dict[str, Any]) -> str:
+        if "response_format" not in body:
+            return json.dumps({"programs": [a_program, b_program]})
+        text = "\n".join(str(m["content"]) for m in body["messages"])
+        schema = body["response_format"]["json_schema"]["schema"]
+        word = next((w for w in QUALITY if f"{w} answer" in text), None)
+        task = next((t for t in tasks.values() if f"deal {t}" in text), None)
+        right = (VERIFY_INSTRUCTION[:40] in text and task not in b_tasks) or (
+            FRESH_INSTRUCTION[:40] in text and task in b_tasks
+        )
+        score = VERIFIED[word] if word is not None and right else 0.5
+        return json.dumps({name: score for name in schema.get("properties", {})} or score)
+
+    fake_judge.responder = responder
+    proposer = JudgeEndpoint.objects.create(
+        project=search_project, name="strong", base_url=fake_judge.base_url, model="strong-model"
+    )
+    winners = {}
+    for rule in (SelectionRule.ARGMAX, SelectionRule.LOWER_BOUND, SelectionRule.HOLDOUT,
+                 SelectionRule.THRESHOLDOUT):  # fmt: skip
+        search = search_start(
+            project=search_project,
+            kind="scalar",
+            mode="best_of_n",
+            endpoint=search_judge,
+            proposer=proposer,
+            n=2,
+            seed=seed,
+            selection_rule=rule.value,
+        )
+        assert search_run_execute(search_id=search.pk)["status"] == "succeeded"
+        search.refresh_from_db()
+        winners[rule] = search.winner.metagrader.name
+    assert winners == {
+        SelectionRule.ARGMAX: "a-verifier",
+        SelectionRule.LOWER_BOUND: "baseline-scalar",
+        SelectionRule.HOLDOUT: "b-rescorer",
+        SelectionRule.THRESHOLDOUT: "b-rescorer",
+    }
