@@ -24,11 +24,14 @@ LEFT, RIGHT, TOP, BOTTOM = 64, 24, 16, 72
 # Points keep this far from the plot's left and right edges, whiskers included.
 INSET = 16
 Y_TICKS = (0.0, 0.25, 0.5, 0.75, 1.0)
-# (curve key, legend text, horizontal nudge): the eval whiskers sit beside the selection ones.
+# (curve key, legend text, horizontal nudge): the whiskers of one round sit side by side.
+# "untouched" is D_selection's part kept from the proposer, in curves of a rule with a split.
 SERIES = (
-    ("selection", "D_selection (ranked on)", -3.0),
+    ("selection", "D_selection (proposer saw)", -3.0),
+    ("untouched", "D_selection, untouched", 0.0),
     ("eval", "D_eval (held out)", 3.0),
 )
+LEGEND_STEP = 200
 
 
 def curve_warning(curve: Sequence[Point]) -> str | None:
@@ -51,7 +54,13 @@ def curve_warning(curve: Sequence[Point]) -> str | None:
 
 def curve_svg(curve: Sequence[Point]) -> SafeString:
     """The curve as an inline SVG: x the round, y the tolerant ranking accuracy from 0 to 1,
-    one line per split for the best candidate so far, each point with its 95% interval."""
+    one line per split for the best candidate so far, each point with its 95% interval; the
+    untouched part of D_selection only when the curve has it."""
+    shown = [
+        s
+        for s in SERIES
+        if s[0] != "untouched" or any(p.get("untouched") is not None for p in curve)
+    ]
     rounds = [p["iteration"] for p in curve] or [0]
     low, high = min(rounds), max(rounds)
     plot_w = WIDTH - LEFT - RIGHT - 2 * INSET
@@ -67,8 +76,9 @@ def curve_svg(curve: Sequence[Point]) -> SafeString:
             'role="img" aria-labelledby="curve-title curve-desc">'
             '<title id="curve-title">Search curve</title>'
             '<desc id="curve-desc">Tolerant ranking accuracy of the best candidate so far after '
-            "each round, on D_selection and on D_eval, with 95% intervals. The table below "
-            "gives the same numbers.</desc>",
+            "each round, on D_selection as the proposer was told it, on D_selection's untouched "
+            "part when the selection rule keeps one, and on D_eval, with 95% intervals. The "
+            "table below gives the same numbers.</desc>",
             WIDTH,
             HEIGHT,
         ),
@@ -78,8 +88,8 @@ def curve_svg(curve: Sequence[Point]) -> SafeString:
             x_label="Round",
             y_label="Tolerant ranking accuracy",
         ),
-        *(_series(curve, key, nudge, x_of, y_of) for key, _, nudge in SERIES),
-        _legend(),
+        *(_series(curve, key, nudge, x_of, y_of) for key, _, nudge in shown),
+        _legend(shown),
         mark_safe("</svg>"),
     ]
     return mark_safe("".join(parts))
@@ -254,7 +264,7 @@ def _polyline(key: str, segment: Sequence[str]) -> str:
     )
 
 
-def _legend() -> SafeString:
+def _legend(series: Sequence[tuple[str, str, float]]) -> SafeString:
     y = HEIGHT - 16
     return format_html_join(
         "",
@@ -262,7 +272,9 @@ def _legend() -> SafeString:
         '<text class="legend" x="{}" y="{}">{}</text>',
         (
             (key, x, y - 4, x + 24, y - 4, x + 30, y, label)
-            for (key, label, _), x in zip(SERIES, (LEFT, LEFT + 240), strict=True)
+            for (key, label, _), x in zip(
+                series, range(LEFT, LEFT + LEGEND_STEP * len(series), LEGEND_STEP), strict=True
+            )
         ),
     )
 

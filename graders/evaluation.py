@@ -20,6 +20,7 @@ from graders.engine.metrics import (
     ranking_accuracy,
     ranking_accuracy_ci,
     ranking_pairs_from_scores,
+    tolerant_credit_by_task,
     tolerant_ranking_accuracy,
     tolerant_ranking_accuracy_ci,
     within_task_spearman,
@@ -144,7 +145,9 @@ def grading_evaluate(*, run: GradingRun) -> dict[str, Any]:
     """Agreement of a run's rewards with the experts: against true-grader (or expert) scores
     when the graded responses have them, else against human-majority preferences; overall and
     per task domain, each domain marked held out when no task of it is in D_meta or
-    D_selection (so nothing the search saw came from it)."""
+    D_selection (so nothing the search saw came from it). On D_selection, "by_task" keeps
+    each task's tolerant credit sum and pair count, {task id: [credit, pairs]}, from which
+    a search's selection rule computes accuracy on part of the tasks (graders/candidates.py)."""
     rows = list(
         Grade.objects.filter(run=run).values_list(
             "response_id", "response__task_id", "response__task__domain", "reward"
@@ -153,7 +156,7 @@ def grading_evaluate(*, run: GradingRun) -> dict[str, Any]:
     rewards = {pk: reward for pk, _, _, reward in rows}
     task_of = {pk: task for pk, task, _, _ in rows}
     tol = 0.0 if run.metagrader.kind in PAIRWISE_KINDS else 0.1
-    summary = _rewards_evaluate(rewards, task_of, tol)
+    summary = _rewards_evaluate(rewards, task_of, tol, by_task=run.split == Split.SELECTION)
     domains = sorted({domain for _, _, domain, _ in rows})
     if len(domains) > 1:
         seen = set(
@@ -173,7 +176,7 @@ def grading_evaluate(*, run: GradingRun) -> dict[str, Any]:
 
 
 def _rewards_evaluate(
-    rewards: dict[int, float | None], task_of: dict[int, int], tol: float
+    rewards: dict[int, float | None], task_of: dict[int, int], tol: float, by_task: bool = False
 ) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "graded": len(rewards),
@@ -193,6 +196,14 @@ def _rewards_evaluate(
         reweighted = preference_reweighted(rewards, task_of, tol)
         if reweighted is not None:
             summary["reweighted"] = reweighted
+    if by_task:
+        tasks, credit, counts = tolerant_credit_by_task(pairs, tol=tol)
+        summary["by_task"] = {
+            str(task): [earned, count]
+            for task, earned, count in zip(
+                tasks.tolist(), credit.tolist(), counts.tolist(), strict=True
+            )
+        }
     if responses is not None:
         try:
             summary["within_task_spearman"] = _with_ci(

@@ -4,12 +4,14 @@ from typing import Any
 from django import forms
 
 from graders.engine.programs import KINDS
+from graders.engine.selection import DEFAULT_RULE
 from graders.models import (
     GradingRun,
     JudgeEndpoint,
     Metagrader,
     SearchMode,
     SearchRun,
+    SelectionRuleChoice,
     SynthesisSweep,
 )
 from graders.search import MAX_CANDIDATES
@@ -144,9 +146,22 @@ class SearchForm(forms.Form):
         min_value=0, max_value=INT_FIELD_MAX, initial=0,
         help_text="The same seed repeats the same search.",
     )  # fmt: skip
+    selection_rule = forms.ChoiceField(
+        label="Selection rule",
+        choices=SelectionRuleChoice.choices,
+        initial=DEFAULT_RULE.value,
+        required=False,  # left out, the default rule
+        help_text="A search that shows the proposer its results on D_selection ends up fitting "
+        "those few tasks, and the winner's accuracy there reads too high. The holdout rules "
+        "keep part of D_selection from the proposer and pick the winner there; the lower "
+        "bound and P(best) discount a lead that rests on a few tasks.",
+    )
     max_calls, max_cost = budget_fields(
         calls_help="Stop after this many judge and proposer calls.", cost_max=None
     )
+
+    def clean_selection_rule(self) -> str:
+        return self.cleaned_data.get("selection_rule") or DEFAULT_RULE.value
 
     def __init__(self, *args: object, project: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]

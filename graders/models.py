@@ -6,6 +6,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
+from graders.engine.selection import DEFAULT_RULE, SelectionRule
 from graders.judge_egress import endpoint_egress_check
 from labeling.models import (
     Dimension,
@@ -213,6 +214,16 @@ class SearchMode(models.TextChoices):
     EVOLUTIONARY = "evolutionary", "Evolutionary"
 
 
+class SelectionRuleChoice(models.TextChoices):
+    """The rules of graders/engine/selection.py, in plain words."""
+
+    ARGMAX = SelectionRule.ARGMAX.value, "Argmax: highest accuracy on D_selection (naive)"
+    LOWER_BOUND = SelectionRule.LOWER_BOUND.value, "Lower bound: highest low end of the 95% CI"
+    P_BEST = SelectionRule.P_BEST.value, "P(best): most often best across task resamples"
+    HOLDOUT = SelectionRule.HOLDOUT.value, "Holdout: feedback on half, the pick on the rest"
+    THRESHOLDOUT = SelectionRule.THRESHOLDOUT.value, "Reusable holdout (Thresholdout)"
+
+
 class SearchRun(models.Model):
     """A metagrader search (DESIGN.md section 6): candidates proposed from D_meta, graded on
     D_selection, the best reported on D_eval. Round 0 holds the baseline and `n` proposals;
@@ -236,6 +247,16 @@ class SearchRun(models.Model):
     usage = models.JSONField(default=dict, blank=True)
     snapshot = models.ForeignKey(
         LabelSnapshot, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    selection_rule = models.CharField(
+        max_length=16,
+        choices=SelectionRuleChoice.choices,
+        default=DEFAULT_RULE.value,
+        help_text="How the winner is picked and what the proposer is told. The default tells "
+        "the proposer about half of D_selection and picks on the untouched half: in "
+        "bench/selection_overfit.py the accuracy it reports for its pick is the least "
+        "optimistic of the rules (about 0.02 too high, against 0.10 for the plain argmax), at "
+        "a cost of about one point of true accuracy.",
     )
     # One point per finished round: the best-so-far candidate with its selection and eval
     # accuracy, which is what the overfitting chart draws.
@@ -288,9 +309,13 @@ class Candidate(models.Model):
     eval_run = models.ForeignKey(
         GradingRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    # Tolerant ranking accuracy on D_selection, what candidates are ranked by; None until
-    # graded, or when nothing could be compared.
+    # Tolerant ranking accuracy on all of D_selection (what the leaderboard ranks by); None
+    # until graded, or when nothing could be compared.
     score = models.FloatField(null=True, blank=True)
+    # What the search's selection rule told the proposer about this candidate, and the value
+    # its pick ranked it by (None outside a holdout rule's shortlist): graders/candidates.py.
+    feedback_score = models.FloatField(null=True, blank=True)
+    pick_score = models.FloatField(null=True, blank=True)
     calls_per_response = models.FloatField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -2,9 +2,11 @@
 
 Round 0 is the kind's baseline plus `n` proposals; an evolutionary search adds `iterations`
 rounds of `k`, each proposed from every candidate before it. Each candidate is graded on
-D_selection and ranked by tolerant ranking accuracy there; after each round the best so far is
-graded on D_eval too, so the curve of selection against eval accuracy shows overfitting as it
-happens. D_eval never reaches the proposer.
+D_selection; the search's selection rule (graders/candidates.py, DESIGN.md section 8b) says
+what the proposer is told about it and which candidate is best. After each round the best so
+far is graded on D_eval too, so the curve of selection against eval accuracy (and, for the
+holdout rules, against D_selection's untouched part) shows overfitting as it happens. D_eval
+never reaches the proposer.
 
 Resuming: one worker runs a search at a time, under a lease it keeps fresh (labeling.jobs).
 A worker that receives the search again, or starts while it is abandoned, takes the lease
@@ -14,11 +16,14 @@ is cached. Only the judge calls in flight when a worker died are made again."""
 
 from typing import Any
 
+import numpy as np
 from django.db import transaction
 
-from graders.candidates import best_candidate
+from graders.candidates import CandidateSelection, candidates_select
 from graders.engine.judge import Budget, Usage
+from graders.engine.metrics import task_bootstrap_ci
 from graders.engine.programs import KINDS
+from graders.engine.selection import DEFAULT_RULE, FloatArray, SelectionRule
 from graders.grading import run_budget, run_complete, run_finish, run_grade
 from graders.models import (
     Candidate,
@@ -29,6 +34,7 @@ from graders.models import (
     JudgeEndpoint,
     SearchMode,
     SearchRun,
+    SelectionRuleChoice,
 )
 from graders.search_proposals import round_propose
 from graders.services import GRADING_JOB, RunInvalid, grading_run_start
@@ -69,20 +75,29 @@ def selection_problem(project: Project) -> str | None:
     tasks = _graded_tasks(project, Split.SELECTION)
     if not tasks:
         return "D_selection has no tasks with responses: assign splits first (Splits page)."
-    labeled = (
-        Score.objects.filter(response__task_id__in=tasks, provider__in=["true_grader", "expert"])
-        .exclude(provider="judge")
-        .exists()
-        or Preference.objects.filter(
-            task_id__in=tasks, is_current=True, provider="human", dimension__isnull=True
-        ).exists()
-    )
-    if not labeled:
+    if not _labeled_task_count(tasks):
         return (
             "D_selection has no expert scores or overall human preferences to rank candidates "
             "against: label some of its pairs first."
         )
     return None
+
+
+def _labeled_task_count(tasks: list[int]) -> int:
+    """How many of these tasks have expert scores or overall human preferences."""
+    scored = (
+        Score.objects.filter(response__task_id__in=tasks, provider__in=["true_grader", "expert"])
+        .values_list("response__task_id", flat=True)
+        .distinct()
+    )
+    preferred = (
+        Preference.objects.filter(
+            task_id__in=tasks, is_current=True, provider="human", dimension__isnull=True
+        )
+        .values_list("task_id", flat=True)
+        .distinct()
+    )
+    return len(set(scored) | set(preferred))
 
 
 @transaction.atomic
@@ -97,6 +112,7 @@ def search_start(
     iterations: int = 0,
     k: int = 3,
     seed: int = 0,
+    selection_rule: str = DEFAULT_RULE.value,
     max_calls: int | None = None,
     max_cost: float | None = None,
     user: Any = None,
@@ -119,9 +135,21 @@ def search_start(
         raise SearchInvalid(
             f"that is {1 + n + iterations * k} candidates; at most {MAX_CANDIDATES} per search"
         )
+    if selection_rule not in SelectionRuleChoice.values:
+        raise SearchInvalid(
+            f"unknown selection rule {selection_rule!r}; use one of "
+            f"{', '.join(SelectionRuleChoice.values)}"
+        )
     problem = selection_problem(project)
     if problem:
         raise SearchInvalid(problem)
+    if SelectionRule(selection_rule).splits and (
+        _labeled_task_count(_graded_tasks(project, Split.SELECTION)) < 2
+    ):
+        raise SearchInvalid(
+            "that selection rule splits D_selection in two and needs at least two labeled "
+            "D_selection tasks; label another task or pick a rule without a split"
+        )
     job = job_create(
         kind=SEARCH_JOB, project=project, user=user, params={"kind": kind, "mode": mode}
     )
@@ -136,6 +164,7 @@ def search_start(
         iterations=iterations,
         k=k,
         seed=seed,
+        selection_rule=selection_rule,
         max_calls=max_calls,
         max_cost=max_cost,
         snapshot=label_snapshot_take(project=project),
@@ -248,6 +277,7 @@ class _SearchPass:
     def run(self) -> dict[str, Any]:
         search = self.search
         rounds = 1 + search.iterations
+        winner: Candidate | None = None
         for iteration in range(rounds):
             self.stage = f"Round {iteration + 1} of {rounds}: proposing"
             self.progress()
@@ -260,11 +290,10 @@ class _SearchPass:
                     )
                     self.candidate_grade(candidate)
             self.stage = f"Round {iteration + 1} of {rounds}: best so far on D_eval"
-            self.curve_extend(iteration)
+            winner = self.curve_extend(iteration)
             # The round's candidates change which labels would decide between them.
             queue_refresh_soon(search.project)
         candidates = list(Candidate.objects.filter(search=search))
-        winner = best_candidate(candidates)
         SearchRun.objects.filter(pk=search.pk).update(winner=winner)
         self.stage = "Done"
         self.progress()
@@ -371,16 +400,20 @@ class _SearchPass:
         candidate.status = CandidateStatus.GRADED
         candidate.save(update_fields=["score", "calls_per_response", "status"])
 
-    def curve_extend(self, iteration: int) -> None:
-        """The best candidate after `iteration` rounds, graded on D_eval if it is not yet."""
+    def curve_extend(self, iteration: int) -> Candidate | None:
+        """Apply the selection rule to the candidates of rounds up to `iteration`, store what
+        it tells the proposer and ranks by, and grade the best on D_eval if it is not yet.
+        The best of the last round is the search's winner."""
         candidates = list(
             Candidate.objects.filter(search=self.search, iteration__lte=iteration).select_related(
-                "selection_run", "eval_run"
+                "metagrader", "selection_run", "eval_run"
             )
         )
-        best = best_candidate(candidates)
-        if best is None:
-            return
+        chosen = candidates_select(self.search, candidates)
+        if chosen is None:
+            return None
+        _selection_store(chosen)
+        best = chosen.winner
         eval_accuracy: Any = None
         eval_ci: Any = None
         if self.eval_tasks:
@@ -395,14 +428,11 @@ class _SearchPass:
             metric = run.evaluation.get("tolerant_ranking_accuracy")
             if metric:
                 eval_accuracy, eval_ci = metric["value"], metric["ci"]
-        assert best.selection_run is not None
-        selection = best.selection_run.evaluation.get("tolerant_ranking_accuracy") or {}
         point = {
             "iteration": iteration,
             "candidate": best.pk,
             "name": best.metagrader.name if best.metagrader else "",
-            "selection": selection.get("value"),
-            "selection_ci": selection.get("ci"),
+            **_selection_side(chosen),
             "eval": eval_accuracy,
             "eval_ci": eval_ci,
             "candidates": sum(c.status == CandidateStatus.GRADED for c in candidates),
@@ -410,3 +440,45 @@ class _SearchPass:
         curve = [p for p in self.search.curve if p["iteration"] < iteration] + [point]
         SearchRun.objects.filter(pk=self.search.pk).update(curve=curve)
         self.search.curve = curve
+        return best
+
+
+def _selection_store(chosen: CandidateSelection) -> None:
+    """Each candidate's feedback and pick values, as the rule gave them."""
+    selection = chosen.selection
+    for index, candidate in enumerate(chosen.candidates):
+        candidate.feedback_score = float(selection.feedback[index])
+        pick = float(selection.pick[index])
+        candidate.pick_score = None if np.isnan(pick) else pick
+    Candidate.objects.bulk_update(chosen.candidates, ["feedback_score", "pick_score"])
+
+
+def _selection_side(chosen: CandidateSelection) -> dict[str, Any]:
+    """The best candidate's curve values on D_selection: what the proposer was told, with its
+    interval, and for a rule with a split the untouched part's accuracy and interval too.
+    Thresholdout's answers are noisy releases, not estimates, so they carry no interval."""
+    best, selection = chosen.winner, chosen.selection
+    index = selection.winner
+    if selection.untouched is None or selection.untouched_tasks is None:
+        assert best.selection_run is not None
+        metric = best.selection_run.evaluation.get("tolerant_ranking_accuracy") or {}
+        return {"selection": metric.get("value"), "selection_ci": metric.get("ci")}
+    held = selection.untouched_tasks
+    credit, pairs = chosen.inputs.credit[index], chosen.inputs.pairs
+    feedback_ci = (
+        _part_ci(credit[~held], pairs[~held]) if selection.rule == SelectionRule.HOLDOUT else None
+    )
+    return {
+        "selection": float(selection.feedback[index]),
+        "selection_ci": feedback_ci,
+        "untouched": float(selection.untouched[index]),
+        "untouched_ci": _part_ci(credit[held], pairs[held]),
+    }
+
+
+def _part_ci(credit: FloatArray, pairs: FloatArray) -> list[float] | None:
+    """A part's task-bootstrap interval; none over a single task (see graders/evaluation)."""
+    if pairs.size < 2:
+        return None
+    ci = task_bootstrap_ci(credit, pairs)
+    return [ci.low, ci.high]

@@ -1,12 +1,15 @@
 """What the LLM proposer reads: D_meta rendered as engine data (tasks, documents, expert rubrics,
 criterion-level grades, scores, preferences), and every prior candidate of a search with its
 selection results and a few traces. Nothing from D_selection's labels or from D_eval goes in,
-except the selection results the design says the proposer sees."""
+except the selection results the design says the proposer sees, and under a selection rule
+with a split nothing from D_selection's untouched part."""
 
 from collections import defaultdict
 
+from graders.candidates import CandidateSelection, candidates_select
 from graders.engine.programs import Criterion, DocumentInput, ResponseInput, response_render
 from graders.engine.proposer_llm import MaterialResponse, MaterialTask, PriorCandidate
+from graders.engine.selection import SelectionRule
 from graders.evaluation import majority_oriented, metric_text
 from graders.models import Candidate, CandidateStatus, Grade, SearchRun
 from labeling.models import (
@@ -103,20 +106,38 @@ def meta_material(project: Project) -> list[MaterialTask]:
 
 
 def prior_candidates(search: SearchRun) -> list[PriorCandidate]:
-    """Every graded candidate of the search, oldest first, with its selection score so the
-    proposer's prompt can keep the best and the newest when it must cut."""
-    graded = (
+    """Every graded candidate of the search, oldest first, with what the selection rule tells
+    the proposer about it, so the proposer's prompt can keep the best and the newest when it
+    must cut. Under a rule with a split, its numbers and traces come from D_selection's
+    feedback part only: the untouched part picks the winner and stays unseen."""
+    graded = list(
         Candidate.objects.filter(search=search, status=CandidateStatus.GRADED)
         .select_related("metagrader", "selection_run")
         .order_by("iteration", "position")
     )
+    chosen = candidates_select(search, graded)
+    told = (
+        {}
+        if chosen is None
+        else {
+            c.pk: float(v)
+            for c, v in zip(chosen.candidates, chosen.selection.feedback, strict=True)
+        }
+    )
+    # Under a split rule, no task is known to be on the feedback side until a candidate has
+    # been compared: then no trace at all.
+    feedback_tasks = None
+    if SelectionRule(search.selection_rule).splits:
+        feedback_tasks = frozenset() if chosen is None else chosen.feedback_tasks
     return [
         PriorCandidate(
             name=c.metagrader.name,
             program=c.metagrader.program,
-            results=candidate_results_text(c),
-            traces=_sample_traces(c),
-            selection_score=c.score,
+            results=candidate_results_text(c)
+            if feedback_tasks is None
+            else _feedback_results_text(c, told.get(c.pk), chosen),
+            traces=_sample_traces(c, feedback_tasks),
+            selection_score=told.get(c.pk),
         )
         for c in graded
         if c.metagrader is not None
@@ -142,10 +163,32 @@ def candidate_results_text(candidate: Candidate) -> str:
     return "; ".join(parts) or evaluation.get("note", "no results")
 
 
-def _sample_traces(candidate: Candidate) -> tuple[str, ...]:
+def _feedback_results_text(
+    candidate: Candidate, told: float | None, chosen: CandidateSelection | None
+) -> str:
+    """What a rule with a split tells the proposer: the value it answers for the feedback
+    part, that part's size, and the cost, nothing measured on the untouched part."""
+    if told is None or chosen is None:
+        return "no results on the feedback part of D_selection"
+    held = chosen.selection.untouched_tasks
+    pairs = chosen.inputs.pairs if held is None else chosen.inputs.pairs[~held]
+    parts = [
+        f"tolerant ranking accuracy {told:.3f} on the feedback part of D_selection",
+        f"on {int(pairs.sum())} pairs over {pairs.size} tasks",
+    ]
+    if candidate.calls_per_response is not None:
+        parts.append(f"{candidate.calls_per_response:.1f} judge calls per response")
+    return "; ".join(parts)
+
+
+def _sample_traces(candidate: Candidate, tasks: frozenset[int] | None) -> tuple[str, ...]:
+    """The candidate's best- and worst-rewarded responses on D_selection, from `tasks` only
+    when given (a split rule's feedback part)."""
     if candidate.selection_run is None:
         return ()
     grades = Grade.objects.filter(run=candidate.selection_run, reward__isnull=False)
+    if tasks is not None:
+        grades = grades.filter(response__task_id__in=tasks)
     picked = {
         grade.pk: grade
         for grade in (

@@ -21,7 +21,7 @@ from graders.search_material import meta_material, prior_candidates
 from graders.services import endpoint_settings, metagrader_register
 from labeling.jobs import BudgetSpent
 
-# The structured proposer breeds each round from the best few candidates so far.
+# The structured proposer breeds each round from the best few candidates so far, by feedback.
 PARENTS_PER_ROUND = 3
 # How much of the proposer's context the D_meta material may fill (about 4 characters a token).
 MATERIAL_CHARS = 40_000
@@ -85,9 +85,11 @@ def _structured_slots(
     count: int,
     seen: set[str],
 ) -> list[Slot]:
+    # Ranked by what the selection rule told the proposer (stored by the search after each
+    # round), so under a rule with a split the untouched part never steers the breeding.
     parents = [
         c.metagrader.program
-        for c in candidates_ranked(prior)[:PARENTS_PER_ROUND]
+        for c in candidates_ranked(prior, by="feedback_score")[:PARENTS_PER_ROUND]
         if c.metagrader is not None
     ]
     # One seeded draw per round, so a round proposed again is the same round.

@@ -282,6 +282,7 @@ def _results_context(access: ProjectAccess, search: SearchRun) -> dict[str, Any]
         "held_out_shown": bool(winner and winner.eval_run and _held_out(winner.eval_run)),
         "chart": curve_svg(search.curve) if search.curve else "",
         "curve_rows": [_curve_row(point) for point in search.curve],
+        "curve_untouched": any(p.get("untouched") is not None for p in search.curve),
         "curve_warning": curve_warning(search.curve),
         "which_wins": which_wins_panel(search=search),
     }
@@ -310,7 +311,11 @@ def _curve_row(point: dict[str, Any]) -> dict[str, Any]:
         value = point.get(key)
         return None if value is None else {"value": value, "ci": point.get(f"{key}_ci")}
 
-    return point | {"selection": metric("selection"), "eval": metric("eval")}
+    return point | {
+        "selection": metric("selection"),
+        "untouched": metric("untouched"),
+        "eval": metric("eval"),
+    }
 
 
 def _elapsed(started: datetime | None, finished: datetime | None) -> str:

@@ -155,6 +155,17 @@ def tolerant_ranking_accuracy_ci(
     return _pair_bootstrap(pairs, _tolerant_credit(pairs, tol), draws=draws, seed=seed)
 
 
+def tolerant_credit_by_task(
+    pairs: RankingPairs, *, tol: float
+) -> tuple[IntArray, FloatArray, IntArray]:
+    """Per task with pairs: its id, its tolerant credit summed over its pairs and its pair
+    count, tasks in increasing id order. Summed over tasks, credit / count is
+    `tolerant_ranking_accuracy`; a subset of tasks gives that subset's accuracy."""
+    tasks, codes, counts = np.unique(pairs.task, return_inverse=True, return_counts=True)
+    earned = np.bincount(codes, weights=_tolerant_credit(pairs, tol), minlength=tasks.size)
+    return tasks.astype(np.int64), earned, counts.astype(np.int64)
+
+
 def harm_aware_accuracy(pairs: RankingPairs) -> float:
     """Harm-aware ranking accuracy: 1 - harmful / |P|.
 

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('graders', '0006_synthesis_sweep'),
+        ('graders', '0007_search_selection_rule'),
         ('labeling', '0010_synthesis_held_rollouts'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]

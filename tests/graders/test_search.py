@@ -64,8 +64,15 @@ def finished(search: SearchRun) -> SearchRun:
 def test_best_of_n_selects_a_program_that_verifies_against_the_documents(
     search_project: Project, search_judge: JudgeEndpoint
 ) -> None:
+    # The plain argmax (graders/engine/selection.py): the winner is the best on D_selection.
     search = search_start(
-        project=search_project, kind="scalar", mode="best_of_n", endpoint=search_judge, n=8, seed=3
+        project=search_project,
+        kind="scalar",
+        mode="best_of_n",
+        endpoint=search_judge,
+        n=8,
+        seed=3,
+        selection_rule="argmax",
     )
     assert search_run_execute(search_id=search.pk)["status"] == "succeeded"
     search = finished(search)
