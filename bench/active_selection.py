@@ -66,7 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import cpu_meter
 from graders.engine.active.acquisition import information_gain, margin_value, vote_entropy
 from graders.engine.active.posterior import Posterior, p_best, posterior_from_labels
-from graders.engine.active.selection import sampling_priorities, selection_probabilities
+from graders.engine.active.sampling import sampling_priorities, selection_probabilities
 from graders.engine.active.votes import discriminating, pair_votes, vote_credit
 
 FloatArray = npt.NDArray[np.float64]

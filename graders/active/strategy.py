@@ -16,7 +16,7 @@ import numpy as np
 
 from graders.active.committee import Committee, committee_for_project
 from graders.engine.active.acquisition import information_gain
-from graders.engine.active.selection import sampling_priorities, selection_probabilities
+from graders.engine.active.sampling import sampling_priorities, selection_probabilities
 from labeling.models import Project, Split
 from labeling.strategies import (
     COVERAGE,

@@ -5,7 +5,7 @@ should label next, and estimates that stay unbiased on labels chosen that way. P
 - posterior: Beta posteriors over candidates' accuracies, P(best), entropy, labels to decide.
 - acquisition: what a label on each unlabeled pair is worth (information gain about the best
   candidate, vote entropy, margin, harm potential, coverage).
-- selection: values -> selection probabilities with an epsilon share drawn uniformly, and
+- sampling: values -> selection probabilities with an epsilon share drawn uniformly, and
   priorities whose order is a random draw from them.
 - estimators: inverse-propensity and LURE means over actively chosen labels.
 """

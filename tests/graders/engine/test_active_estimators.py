@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from graders.engine.active.estimators import ipw_mean, lure_mean, successive_pick_probabilities
-from graders.engine.active.selection import sampling_priorities, selection_probabilities
+from graders.engine.active.sampling import sampling_priorities, selection_probabilities
 
 NAN = math.nan
 

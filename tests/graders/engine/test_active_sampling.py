@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from graders.engine.active.selection import sampling_priorities, selection_probabilities
+from graders.engine.active.sampling import sampling_priorities, selection_probabilities
 
 property_settings = settings(database=None, deadline=None, max_examples=80)
 
