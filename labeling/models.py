@@ -37,11 +37,21 @@ class Project(models.Model):
     overlap = models.PositiveSmallIntegerField(
         default=1, help_text="How many annotators label each pair."
     )
+    # The share of graded groups the reward API keeps for labeling (graders/capture.py), unless
+    # a token sets its own; 0 turns capture off.
+    capture_rate = models.FloatField(
+        default=0.0, help_text="Share of graded groups the reward API captures (0 to 1)."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["name"]
-        constraints = [models.CheckConstraint(condition=Q(overlap__gte=1), name="overlap_gte_1")]
+        constraints = [
+            models.CheckConstraint(condition=Q(overlap__gte=1), name="overlap_gte_1"),
+            models.CheckConstraint(
+                condition=Q(capture_rate__gte=0, capture_rate__lte=1), name="project_capture_rate"
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.name
