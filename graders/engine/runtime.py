@@ -1,9 +1,11 @@
 """The export runtime, in one import for training jobs and the workbench's reward API:
 
-    from graders.engine.runtime import load_bundle, TRLReward
+    from graders.engine.runtime import load_bundle, TRLReward, CaptureTarget
 
 Bundles and the Grader live in bundle.py (the format is documented there); the TRL, verl and
-OpenRLHF reward functions in trainers.py; docs/trainers.md shows how to wire each one.
+OpenRLHF reward functions in trainers.py; the capture target, which sends a sample of the
+graded groups back to the workbench, in capture_client.py; docs/trainers.md shows how to wire
+each one.
 """
 
 from graders.engine.bundle import (
@@ -18,6 +20,7 @@ from graders.engine.bundle import (
     prompt_text,
     response_input,
 )
+from graders.engine.capture_client import CaptureTarget
 from graders.engine.trainers import (
     TRLReward,
     openrlhf_reward_func,
@@ -30,6 +33,7 @@ __all__ = [
     "BUNDLE_VERSION",
     "BundleInfo",
     "BundleInvalid",
+    "CaptureTarget",
     "GradeResult",
     "Grader",
     "TRLReward",
