@@ -256,6 +256,18 @@ def capture_store(
     return report
 
 
+def reservoir_slot(*, seen: int, capacity: int, rng: random.Random) -> int | None:
+    """Algorithm R: the slot of a reservoir of `capacity` that the `seen`-th item offered
+    takes (pushing out what held it), or None when it is not kept. The first `capacity` items
+    fill the slots in turn; item n > capacity is kept with probability capacity / n, in a
+    uniformly drawn slot, which leaves every item seen so far in the reservoir with
+    probability capacity / n."""
+    if seen <= capacity:
+        return seen - 1
+    slot = rng.randrange(seen)
+    return slot if slot < capacity else None
+
+
 def _task_for(project: Project, task: CaptureTask) -> tuple[Task | None, bool]:
     """The stored task the group names, else the task of its content (made on first sight,
     unassigned); None when it names a task the project lacks and gives no content."""
@@ -312,9 +324,8 @@ def _group_store(group: CaptureGroup, origin: CaptureOrigin, rng: random.Random)
     report.groups = 1
     seen = reservoir.groups_seen + 1
     CaptureReservoir.objects.filter(pk=reservoir.pk).update(groups_seen=seen)
-    capacity = capture_groups_per_task()
-    slot = seen - 1 if seen <= capacity else rng.randrange(seen)
-    if slot >= capacity:
+    slot = reservoir_slot(seen=seen, capacity=capture_groups_per_task(), rng=rng)
+    if slot is None:
         report.not_kept = 1
         return report
     _slot_free(task, slot, report)
