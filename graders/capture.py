@@ -27,6 +27,7 @@ traffic add tasks to them would move those numbers under every comparison made s
 
 import hashlib
 import logging
+import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -404,18 +405,25 @@ class _LogGroup:
 
 
 def _extra_fields(line: int, data: Mapping[str, Any], errors: list[LineError]) -> tuple[Any, ...]:
-    """run, step, reward and group of a response line, each checked with a clear error."""
+    """run, step, reward and group of a response line, each checked with a clear error (and
+    left out when bad: the log is rejected anyway)."""
     run, step, reward, group = (data.get(name) for name in ("run", "step", "reward", "group"))
     if run is not None and not (isinstance(run, str) and 1 <= len(run) <= MAX_RUN):
         errors.append(LineError(line, "run", f"expected a string of 1 to {MAX_RUN} characters"))
+        run = None
     if step is not None and (
         isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP
     ):
         errors.append(LineError(line, "step", "expected a whole number, 0 or more"))
-    if reward is not None and (isinstance(reward, bool) or not isinstance(reward, int | float)):
-        errors.append(LineError(line, "reward", "expected a number or null"))
+        step = None
+    if reward is not None and (
+        isinstance(reward, bool) or not isinstance(reward, int | float) or not math.isfinite(reward)
+    ):
+        errors.append(LineError(line, "reward", "expected a finite number or null"))
+        reward = None
     if group is not None and not (isinstance(group, str) and len(group) <= MAX_ID):
         errors.append(LineError(line, "group", f"expected a string of at most {MAX_ID} characters"))
+        group = None
     return run or "", step, None if reward is None else float(reward), group or ""
 
 
