@@ -7,6 +7,7 @@ import json
 import pickle
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,6 +19,7 @@ from graders.engine.programs import DocumentInput, ResponseInput, TaskInput
 from graders.engine.runtime import load_bundle
 from tests.fakes.openai_server import FakeJudgeServer
 from tests.graders.engine.test_runtime import SCALAR, bundle_dict, quality_judge
+from tests.graders.engine.test_trainer_docs import block, run
 
 URL = "https://workbench.example/api/p/acme/capture"
 TASK = TaskInput("t0", "Review contract 0")
@@ -199,3 +201,20 @@ def test_a_grader_offers_each_graded_group(
         responses[2]["task"] == inline_id
         and {"type": "task", "id": inline_id}.items() <= lines[2].items()
     )
+
+
+def test_the_trainers_guide_example_wires_a_target_into_the_grader(
+    fake_judge: FakeJudgeServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    (tmp_path / "grader-bundle.json").write_text(
+        json.dumps(bundle_dict(SCALAR, fake_judge.base_url))
+    )
+    monkeypatch.chdir(tmp_path)
+    namespace = run(block("CaptureTarget("), tmp_path)
+    namespace["grader"].close()
+    assert namespace["grader"].capture is namespace["capture"]
+    assert (namespace["capture"].run, namespace["capture"].rate) == ("grpo-7", 0.05)
+    assert capsys.readouterr().out.splitlines() == ["0 0 0"]
