@@ -49,13 +49,20 @@ from graders.models import (
     Metagrader,
 )
 from graders.reward_grading import _response_input
-from labeling.imports import MAX_REPORTED_ERRORS, ImportRejected, LineError
+from labeling.imports import (
+    MAX_REPORTED_ERRORS,
+    SNIFF_BYTES,
+    ImportRejected,
+    LineError,
+    file_head_check,
+)
 from labeling.json_input import json_parse
 from labeling.models import (
     CriterionGrade,
     Document,
     Preference,
     Project,
+    QueueAssignment,
     Response,
     Score,
     Split,
@@ -374,7 +381,8 @@ def _response_id(task: Task, digest: str) -> str:
 
 def _slot_free(task: Task, slot: int, report: CaptureReport) -> None:
     """Push the group in `slot` out of the reservoir: deleted with its responses, unless an
-    expert labeled one of them, in which case it stays, with no slot."""
+    expert labeled one of them or was served a pair of them (a label may be on its way), in
+    which case it stays, with no slot."""
     group = CapturedGroup.objects.filter(task=task, slot=slot).first()
     if group is None:
         return
@@ -383,6 +391,9 @@ def _slot_free(task: Task, slot: int, report: CaptureReport) -> None:
         Preference.objects.filter(Q(response_a__in=ids) | Q(response_b__in=ids)).exists()
         or CriterionGrade.objects.filter(response__in=ids).exists()
         or Score.objects.filter(response__in=ids).exists()
+        or QueueAssignment.objects.filter(
+            Q(pair__response_a__in=ids) | Q(pair__response_b__in=ids)
+        ).exists()
     )
     if labeled:
         CapturedGroup.objects.filter(pk=group.pk).update(slot=None)
@@ -434,6 +445,7 @@ def capture_log_parse(*, project: Project, body: bytes) -> list[CaptureGroup]:
     capture_task_id of that content (so a log can never change a stored task); a response's
     task is such a record or a task of the project. Raises ImportRejected naming every bad
     line and field."""
+    file_head_check(body[:SNIFF_BYTES])  # an image or a zip is one error, not one per line
     errors: list[LineError] = []
     tasks: dict[str, TaskRecord] = {}
     responses: list[tuple[int, ResponseRecord, tuple[Any, ...]]] = []

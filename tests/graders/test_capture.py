@@ -38,7 +38,17 @@ from graders.models import (
 )
 from graders.tokens import token_create, token_revoke
 from labeling.imports import jsonl_import
-from labeling.models import Annotator, Preference, Project, Response, Split, Task
+from labeling.models import (
+    Annotator,
+    Preference,
+    Project,
+    QueueAssignment,
+    QueuePair,
+    QueueSlot,
+    Response,
+    Split,
+    Task,
+)
 from labeling.queue import queue_build
 from labeling.strategies import CoverageFirst
 from tests.fakes.openai_server import FakeJudgeServer
@@ -284,16 +294,27 @@ def test_storage_per_task_is_capped(capture_project: Project, settings: Any) -> 
     assert CapturedResponse.objects.count() == 8
 
 
-def test_a_labeled_group_pushed_out_keeps_its_responses(
-    capture_project: Project, settings: Any
+def label(a: Response, b: Response, annotator: Annotator) -> None:
+    Preference.objects.create(task=a.task, response_a=a, response_b=b, choice="a",
+                              provider="human", annotator=annotator)  # fmt: skip
+
+
+def serve(a: Response, b: Response, annotator: Annotator) -> None:
+    low, high = sorted((a, b), key=lambda r: r.pk)
+    pair = QueuePair.objects.create(project=a.project, task=a.task, response_a=low, response_b=high)
+    slot = QueueSlot.objects.create(pair=pair, project=a.project, claimed_by=annotator)
+    QueueAssignment.objects.create(pair=pair, annotator=annotator, slot=slot, slot_order="ab")
+
+
+@pytest.mark.parametrize("held", [label, serve], ids=["labeled", "served"])
+def test_a_group_experts_labeled_or_were_served_keeps_its_responses_when_pushed_out(
+    capture_project: Project, settings: Any, held: Any
 ) -> None:
     settings.CAPTURE_GROUPS_PER_TASK = 1
     offer(capture_project, ["GOOD", "POOR"], Fixed(0), step=1)
     first = CapturedGroup.objects.get()
     a, b = (m.response for m in first.members.all())
-    annotator = Annotator.objects.create(project=capture_project, name="eve")
-    Preference.objects.create(task=a.task, response_a=a, response_b=b, choice="a",
-                              provider="human", annotator=annotator)  # fmt: skip
+    held(a, b, Annotator.objects.create(project=capture_project, name="eve"))
     offer(capture_project, ["OKAY", "POOR"], Fixed(0), step=2)  # draws slot 0 of 1
     first.refresh_from_db()
     assert first.slot is None and first.members.count() == 2

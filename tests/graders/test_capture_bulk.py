@@ -137,6 +137,10 @@ def test_only_json_lines_are_taken_within_the_size_limit(
     line = [{"type": "response", "id": "a", "task": "t0", "content": "first"}]
     assert send(client, line, raw, content_type="application/json").status_code == 415
     assert send(client, line, raw, content_type="application/jsonl").status_code == 200
+    image = client.post(URL, b"\x89PNG\r\n\x1a\n...", content_type="application/x-ndjson",
+                        headers={"Authorization": f"Bearer {raw}"})  # fmt: skip
+    assert image.status_code == 400
+    assert [(e["line"], e["field"]) for e in image.json()["errors"]] == [(1, "(file)")]
     settings.CAPTURE_MAX_BYTES = 10
     too_big = send(client, line, raw)
     assert too_big.status_code == 413 and "CAPTURE_MAX_BYTES" in too_big.json()["detail"]
