@@ -169,9 +169,20 @@ def reward_capture(
     rng: random.Random = _rng,
 ) -> Callable[[], CaptureReport] | None:
     """What to store of a reward request (validated RewardIn data and its rewards) once its
-    answer is sent, or None when its group is not drawn: one random number."""
+    answer is sent, or None when its group is not drawn. The request pays for the draw
+    only: the group is built when the returned function runs."""
     if not _drawn(capture_rate(token), rng):
         return None
+    origin = CaptureOrigin(token.project, CaptureSource.REWARD, token, metagrader)
+    return partial(_reward_group_store, data, tuple(rewards), origin, rng)
+
+
+def _reward_group_store(
+    data: Mapping[str, Any],
+    rewards: tuple[float | None, ...],
+    origin: CaptureOrigin,
+    rng: random.Random,
+) -> CaptureReport:
     if "task_id" in data:
         task = CaptureTask(stored_id=data["task_id"], prompt="")
     else:
@@ -183,9 +194,8 @@ def reward_capture(
             documents=_documents(given["documents"]),
         )
     responses = tuple(_response_input(i, item) for i, item in enumerate(data["responses"]))
-    group = CaptureGroup(task, responses, tuple(rewards), data.get("run", ""), data.get("step"))
-    origin = CaptureOrigin(token.project, CaptureSource.REWARD, token, metagrader)
-    return partial(capture_store, groups=[group], origin=origin)
+    group = CaptureGroup(task, responses, rewards, data.get("run", ""), data.get("step"))
+    return capture_store(groups=[group], origin=origin, rng=rng)
 
 
 def get_reward_capture(
@@ -208,6 +218,17 @@ def get_reward_capture(
     drawn = [rows for rows in rows_by_prompt.values() if _drawn(rate, rng)]
     if not drawn:
         return None
+    origin = CaptureOrigin(token.project, CaptureSource.GET_REWARD, token, metagrader)
+    return partial(_get_reward_groups_store, data, payload, drawn, origin, rng)
+
+
+def _get_reward_groups_store(
+    data: Mapping[str, Any],
+    payload: Mapping[str, Any],
+    drawn: Sequence[Sequence[int]],
+    origin: CaptureOrigin,
+    rng: random.Random,
+) -> CaptureReport:
     failed = payload["extra_logs"]["grader_failed"]
     groups = []
     for rows in drawn:
@@ -224,8 +245,7 @@ def get_reward_capture(
                 data.get("step"),
             )
         )
-    origin = CaptureOrigin(token.project, CaptureSource.GET_REWARD, token, metagrader)
-    return partial(capture_store, groups=groups, origin=origin)
+    return capture_store(groups=groups, origin=origin, rng=rng)
 
 
 def _documents(documents: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, str, str], ...]:
