@@ -5,6 +5,7 @@ where a captured response came from. Requests go through the real API to the fak
 import json
 import logging
 import random
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.core.cache import cache
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
@@ -393,3 +395,34 @@ def test_experts_never_see_where_a_captured_response_came_from(
         for secret in (RUN, "4242", TOKEN_NAME, scalar.name, "captur", "0.9"):
             assert secret not in page, secret
     assert json.loads(api)  # the API page is JSON, read as a whole above
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_captures_of_one_task_count_every_group_and_share_no_slot(
+    settings: Any,
+) -> None:
+    settings.CAPTURE_GROUPS_PER_TASK = 8
+    project = Project.objects.create(slug="acme", name="Acme")
+    Task.objects.create(project=project, external_id="t0", prompt="Review contract 0")
+    failures: list[BaseException] = []
+
+    def capture_many(worker: int) -> None:
+        rng = random.Random(worker)
+        try:
+            for step in range(10):
+                offer(project, [f"GOOD w{worker}", f"POOR w{worker}"], rng, step)
+        except BaseException as exc:  # reported below, with the worker's thread gone
+            failures.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=capture_many, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert failures == []
+    # 40 distinct groups offered; the reservoir counted each once and holds 8, one per slot.
+    assert CaptureReservoir.objects.get().groups_seen == 40
+    assert sorted(CapturedGroup.objects.values_list("slot", flat=True)) == list(range(8))
+    assert Response.objects.count() == CapturedResponse.objects.count() == 16
