@@ -5,6 +5,7 @@ arrives through three doors (command, page, API) and the worker.
 """
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Coalesce, Greatest, Least
@@ -40,7 +41,9 @@ class Project(models.Model):
     # The share of graded groups the reward API keeps for labeling (graders/capture.py), unless
     # a token sets its own; 0 turns capture off.
     capture_rate = models.FloatField(
-        default=0.0, help_text="Share of graded groups the reward API captures (0 to 1)."
+        default=0.0,
+        validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text="Share of graded groups the reward API captures (0 to 1).",
     )
     created_at = models.DateTimeField(auto_now_add=True)
 

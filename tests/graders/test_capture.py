@@ -426,3 +426,19 @@ def test_concurrent_captures_of_one_task_count_every_group_and_share_no_slot(
     assert CaptureReservoir.objects.get().groups_seen == 40
     assert sorted(CapturedGroup.objects.values_list("slot", flat=True)) == list(range(8))
     assert Response.objects.count() == CapturedResponse.objects.count() == 16
+
+
+def test_admins_set_a_tokens_capture_rate_on_the_tokens_page(
+    client: Client, capture_project: Project, admin_user: User
+) -> None:
+    client.force_login(admin_user)
+    url = reverse("api-tokens", args=["acme"])
+    form = {"name": "grpo", "scopes": ["reward", "capture"], "rate_per_minute": 60}
+    refused = client.post(url, form | {"capture_rate": "1.5"})
+    assert refused.status_code == 400 and "capture_rate" in refused.context["form"].errors
+    assert client.post(url, form | {"capture_rate": "0.25"}).status_code == 302
+    assert client.post(url, form | {"name": "default"}).status_code == 302
+    rates = dict(ApiToken.objects.values_list("name", "capture_rate"))
+    assert rates == {"grpo": 0.25, "default": None}
+    listing = client.get(url).content.decode()
+    assert "0.25" in listing and "project's" in listing
