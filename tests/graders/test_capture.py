@@ -441,4 +441,4 @@ def test_admins_set_a_tokens_capture_rate_on_the_tokens_page(
     rates = dict(ApiToken.objects.values_list("name", "capture_rate"))
     assert rates == {"grpo": 0.25, "default": None}
     listing = client.get(url).content.decode()
-    assert "0.25" in listing and "project's" in listing
+    assert '<td class="num">0.25</td>' in listing and '<td class="num">project\'s</td>' in listing
