@@ -442,3 +442,13 @@ def test_admins_set_a_tokens_capture_rate_on_the_tokens_page(
     assert rates == {"grpo": 0.25, "default": None}
     listing = client.get(url).content.decode()
     assert '<td class="num">0.25</td>' in listing and '<td class="num">project\'s</td>' in listing
+
+
+def test_the_schema_documents_run_and_step_on_both_request_shapes(client: Client) -> None:
+    schema = json.loads(client.get("/api/schema/?format=json").content)
+    for shape in ("RewardIn", "GetRewardIn"):
+        properties = schema["components"]["schemas"][shape]["properties"]
+        run, step = properties["run"], properties["step"]
+        assert (run["type"], run["minLength"], run["maxLength"]) == ("string", 1, 200)
+        assert (step["type"], step["minimum"]) == ("integer", 0)
+        assert "captured" in run["description"] and "captured" in step["description"]
