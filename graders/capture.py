@@ -30,7 +30,7 @@ import logging
 import math
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any
 
@@ -117,33 +117,23 @@ class CaptureOrigin:
 
 @dataclass
 class CaptureReport:
-    groups: int = 0  # offered for storage
+    """What storing some groups did; the bulk endpoint answers with `as_json`."""
+
+    groups: int = 0  # offered to a reservoir (a group with nothing new is not)
     captured_groups: int = 0
     captured_responses: int = 0
     duplicate_responses: int = 0
     not_kept: int = 0  # lost the reservoir draw
-    evicted: int = 0  # pushed out of the reservoir and deleted
-    kept_labeled: int = 0  # pushed out, kept because experts labeled it
-    tasks_created: list[str] = field(default_factory=list)
+    evicted: int = 0  # pushed out of a reservoir and deleted
+    kept_labeled: int = 0  # pushed out, kept because experts labeled or were served it
+    tasks_created: int = 0
 
     def add(self, other: "CaptureReport") -> None:
-        for name in ("groups", "captured_groups", "captured_responses", "duplicate_responses"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        for name in ("not_kept", "evicted", "kept_labeled"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        self.tasks_created += other.tasks_created
+        for name, value in asdict(other).items():
+            setattr(self, name, getattr(self, name) + value)
 
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "groups": self.groups,
-            "captured_groups": self.captured_groups,
-            "captured_responses": self.captured_responses,
-            "duplicate_responses": self.duplicate_responses,
-            "not_kept": self.not_kept,
-            "evicted": self.evicted,
-            "kept_labeled": self.kept_labeled,
-            "tasks_created": len(self.tasks_created),
-        }
+    def as_json(self) -> dict[str, int]:
+        return asdict(self)
 
 
 # Sampling, while the request is served -------------------------------------------------------
@@ -329,8 +319,7 @@ def _group_store(group: CaptureGroup, origin: CaptureOrigin, rng: random.Random)
     if task is None:
         _log.warning("capture: task %r is not in project %s", group.task.stored_id, origin.project)
         return report
-    if created:
-        report.tasks_created.append(task.external_id)
+    report.tasks_created = int(created)
     # The reservoir row's lock orders concurrent captures of this task: the dedup check and
     # the count below read what the previous capture wrote. (SQLite has no row locks; its
     # IMMEDIATE transactions serialize every writer instead.)
