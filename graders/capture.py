@@ -323,8 +323,10 @@ def _group_store(group: CaptureGroup, origin: CaptureOrigin, rng: random.Random)
     # The reservoir row's lock orders concurrent captures of this task: the dedup check and
     # the count below read what the previous capture wrote. (SQLite has no row locks; its
     # IMMEDIATE transactions serialize every writer instead.)
-    CaptureReservoir.objects.get_or_create(task=task)
-    reservoir = CaptureReservoir.objects.select_for_update().get(task=task)
+    reservoir = CaptureReservoir.objects.select_for_update().filter(task=task).first()
+    if reservoir is None:  # the task's first capture: make the row (once, if two race), lock it
+        CaptureReservoir.objects.bulk_create([CaptureReservoir(task=task)], ignore_conflicts=True)
+        reservoir = CaptureReservoir.objects.select_for_update().get(task=task)
     fresh: dict[str, tuple[int, ResponseInput]] = {}
     for position, response in enumerate(group.responses):
         messages = None if response.messages is None else [dict(m) for m in response.messages]
