@@ -1,4 +1,5 @@
-"""Downloading a grader as a bundle, and importing one into a project."""
+"""Downloading a grader as a bundle (by id, or by alias for a trainer that follows one), and
+importing one into a project."""
 
 import json
 
@@ -6,6 +7,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect
+from django.utils.http import parse_etags, quote_etag
 from django.views.decorators.http import require_POST
 from rest_framework.decorators import (
     api_view,
@@ -16,6 +18,7 @@ from rest_framework.decorators import (
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from graders.aliases import alias_resolve
 from graders.bundles import BundleInvalid, bundle_export, bundle_import
 from graders.models import Metagrader, TokenScope
 from graders.tokens import ApiTokenAuthentication, TokenRateThrottle, scope_required
@@ -87,6 +90,35 @@ def bundle_api(request: Request, slug: str, grader_id: int) -> Response:
     grader = Metagrader.objects.filter(project__slug=slug, pk=grader_id).first()
     if grader is None:
         raise Http404("No such grader in this project.")
+    return _bundle_answer(request, grader)
+
+
+@api_view(["GET"])
+@authentication_classes([ApiTokenAuthentication])
+@permission_classes([scope_required(TokenScope.EXPORT)])
+@throttle_classes([TokenRateThrottle])
+def bundle_alias_api(request: Request, slug: str, name: str) -> Response:
+    """The bundle of the version alias `name` points at, for a runtime that follows the alias
+    (graders/engine/follow.py). Its strong ETag is the version's content hash, so the
+    runtime's re-check is one request answered 304 Not Modified (nothing built, nothing
+    recorded) until the alias moves; only a download that sends a bundle is an export."""
+    grader = alias_resolve(project=request.auth.project, name=name)
+    if grader is None:
+        raise Http404(f"No alias {name[:60]!r} in this project.")
+    etag = quote_etag(grader.content_hash)
+    # If-None-Match compares weakly (RFC 9110 13.1.2): W/"x" matches "x".
+    sent = [tag.removeprefix("W/") for tag in parse_etags(request.headers.get("If-None-Match", ""))]
+    if etag in sent or "*" in sent:
+        not_modified = Response(status=304)
+        not_modified["ETag"] = etag
+        return not_modified
+    answer = _bundle_answer(request, grader)
+    if answer.status_code == 200:
+        answer["ETag"] = etag
+    return answer
+
+
+def _bundle_answer(request: Request, grader: Metagrader) -> Response:
     try:
         bundle = bundle_export(metagrader=grader, token=request.auth)
     except BundleInvalid as exc:

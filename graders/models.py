@@ -551,6 +551,61 @@ class SynthesisSweep(models.Model):
         return f"sweep {self.pk} of {self.synthesis}"
 
 
+class GraderAlias(models.Model):
+    """A name trainers address a grader by (`production`, `staging`, ...), pointing at one
+    version. Moved only by graders/aliases.py, which records every move as an AliasMove. The
+    kind is fixed by the first promotion: a trainer set up for a scalar grader (per-sample
+    verl, say) must not wake up to a pairwise one."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="grader_aliases")
+    name = models.CharField(max_length=50)
+    kind = models.CharField(max_length=20)
+    metagrader = models.ForeignKey(Metagrader, on_delete=models.PROTECT, related_name="aliases")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "name"], name="grader_alias_unique_name"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} -> {self.metagrader_id}"
+
+
+class AliasMoveKind(models.TextChoices):
+    PROMOTE = "promote", "Promoted"
+    ROLLBACK = "rollback", "Rolled back"
+
+
+class AliasMove(models.Model):
+    """One move of an alias: who, when, from which version (null on first use) to which, and
+    why. The history is append-only; a rollback is a move too."""
+
+    alias = models.ForeignKey(GraderAlias, on_delete=models.CASCADE, related_name="moves")
+    kind = models.CharField(max_length=10, choices=AliasMoveKind.choices)
+    from_metagrader = models.ForeignKey(
+        Metagrader, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    to_metagrader = models.ForeignKey(Metagrader, on_delete=models.PROTECT, related_name="+")
+    moved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    moved_at = models.DateTimeField(auto_now_add=True)
+    note = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["-moved_at", "-pk"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(kind__in=AliasMoveKind.values), name="alias_move_kind"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.alias.name}: {self.from_metagrader_id} -> {self.to_metagrader_id}"
+
+
 # Capture (DESIGN.md section 12): groups of rollouts that training sent for grading, kept so
 # experts can label what the policy now produces. The rollouts themselves are labeling
 # Responses (so the queue serves them like any pair); where they came from (run, step, token,

@@ -10,6 +10,11 @@ Two shapes, one grading path:
   OpenRLHF's remote reward model protocol, {"query", "prompts", "labels"} in and
   {"rewards", ...} out, with the same semantics as the OpenRLHF adapter of the Python runtime
   (graders/engine/trainers.py).
+- `.../graders/alias/<name>/reward` and `.../alias/<name>/get_reward`: the version an alias
+  points at now (graders/aliases.py), so a promotion reaches the trainer's next request.
+
+Every answer names the grader version's content hash, in the body ("grader") and in the
+X-Grader-Version header, so a trainer can log which version gave each reward.
 
 Both authenticate with a project token (graders/tokens.py) that holds the `reward` scope, and
 grade as an exported bundle would (graders/reward_grading.py). What a request writes (the
@@ -51,10 +56,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils import json as drf_json
 
+from graders.aliases import ALIAS_NAME
 from graders.capture import CaptureReport, get_reward_capture, reward_capture
 from graders.engine.programs import KINDS
 from graders.engine.runtime import GradeResult
-from graders.models import ApiToken, GraderSelection, Metagrader, TokenScope
+from graders.models import ApiToken, GraderAlias, GraderSelection, Metagrader, TokenScope
 from graders.reward_grading import (
     OPENRLHF_FAILURE_REWARD,
     RequestJudgeCache,
@@ -81,6 +87,9 @@ MAX_QUERIES = 1024  # an OpenRLHF batch, which holds many groups
 MAX_TOOL_CALLS = 100
 # Beyond this, ids cannot name a row in any database we run on; they get 404, not a crash.
 MAX_ROW_ID = 2**63 - 1
+# Every answer carries the grader version's content hash here too, for clients that log
+# headers but not bodies.
+VERSION_HEADER = "X-Grader-Version"
 
 
 def reward_max_bytes() -> int:
@@ -424,6 +433,7 @@ class ExtraLogsOut(serializers.Serializer):
 
 
 class GetRewardOut(serializers.Serializer):
+    grader = GraderOut(help_text="The grader version that answered; OpenRLHF ignores it.")
     rewards = serializers.ListField(
         child=serializers.FloatField(),
         help_text=f"One per query; a failed grade is {OPENRLHF_FAILURE_REWARD}.",
@@ -503,6 +513,18 @@ def _grader_selected(token: ApiToken, kind: str) -> Metagrader:
     return _grader_found(token, where, [token.project_id, kind], missing)
 
 
+def _grader_aliased(token: ApiToken, name: str) -> Metagrader:
+    """The version the project's alias `name` points at now (graders.aliases.alias_resolve)."""
+    missing = f"No alias {name[:60]!r} in this project."
+    if not ALIAS_NAME.fullmatch(name):
+        raise Http404(missing)
+    where = (
+        f"JOIN {GraderAlias._meta.db_table} a ON a.metagrader_id = m.id"
+        " WHERE a.project_id = %s AND a.name = %s"
+    )
+    return _grader_found(token, where, [token.project_id, name], missing)
+
+
 def _grader_found(token: ApiToken, where: str, params: list[Any], missing: str) -> Metagrader:
     """The grader `where` finds, with the token's project; 404 saying `missing` if none."""
     with connection.cursor() as cursor:
@@ -551,11 +573,7 @@ def _reward_respond(request: Request, metagrader: Metagrader) -> Response:
     data.is_valid(raise_exception=True)
     results, answers = reward_score(metagrader=metagrader, data=data.validated_data)
     body = {
-        "grader": {
-            "id": metagrader.pk,
-            "name": metagrader.name,
-            "content_hash": metagrader.content_hash,
-        },
+        "grader": _grader_json(metagrader),
         "rewards": [result.reward for result in results],
         "results": _results_json(results, data.validated_data["detail"]),
     }
@@ -569,10 +587,15 @@ def _get_reward_respond(request: Request, metagrader: Metagrader) -> Response:
     data = GetRewardIn(data=request.data)
     data.is_valid(raise_exception=True)
     payload, answers = openrlhf_score(metagrader=metagrader, data=data.validated_data)
+    body = {"grader": _grader_json(metagrader), **payload}
     capture = get_reward_capture(
         token=request.auth, metagrader=metagrader, data=data.validated_data, payload=payload
     )
-    return _answered(request, metagrader, payload, answers, len(payload["rewards"]), capture)
+    return _answered(request, metagrader, body, answers, len(payload["rewards"]), capture)
+
+
+def _grader_json(metagrader: Metagrader) -> dict[str, Any]:
+    return {"id": metagrader.pk, "name": metagrader.name, "content_hash": metagrader.content_hash}
 
 
 def _answered(
@@ -583,8 +606,8 @@ def _answered(
     responses: int,
     capture: Callable[[], CaptureReport] | None = None,
 ) -> RecordedResponse:
-    """`body`, with the request's judge answers, usage and captured groups written once it
-    is sent."""
+    """`body`, with the version's hash in VERSION_HEADER, and the request's judge answers,
+    usage and captured groups written once it is sent."""
     record = partial(
         reward_record,
         answers=answers,
@@ -592,7 +615,9 @@ def _answered(
         token=request.auth,
         responses=responses,
     )
-    return RecordedResponse(body, record, capture)
+    response = RecordedResponse(body, record, capture)
+    response[VERSION_HEADER] = metagrader.content_hash
+    return response
 
 
 ERRORS = {
@@ -613,6 +638,15 @@ ERROR_RESPONSES: dict[int | str, Any] = {
 KIND_PARAMETER = OpenApiParameter(
     "kind", OpenApiTypes.STR, OpenApiParameter.PATH, enum=list(KINDS),
     description="The kind of the project's selected grader to use.",
+)  # fmt: skip
+ALIAS_PARAMETER = OpenApiParameter(
+    "name", OpenApiTypes.STR, OpenApiParameter.PATH, pattern=f"^{ALIAS_NAME.pattern}$",
+    description="An alias of the project (production, staging, ...): the grader version it "
+    "points at now.",
+)  # fmt: skip
+VERSION_PARAMETER = OpenApiParameter(
+    VERSION_HEADER, OpenApiTypes.STR, OpenApiParameter.HEADER, response=[200],
+    description="The content hash of the grader version that answered, as in grader.content_hash.",
 )  # fmt: skip
 REWARD_EXAMPLE = OpenApiExample(
     "A stored task",
@@ -641,6 +675,7 @@ GET_REWARD_DOC = (
     operation_id="reward",
     summary="Rewards for a group of responses",
     description=REWARD_DOC,
+    parameters=[VERSION_PARAMETER],
     request=RewardIn,
     responses={200: RewardOut, **ERROR_RESPONSES},
     examples=[REWARD_EXAMPLE],
@@ -655,7 +690,7 @@ def reward(request: Request, slug: str, grader_id: int) -> Response:
     operation_id="reward_selected",
     summary="Rewards from the project's selected grader of a kind",
     description=REWARD_DOC,
-    parameters=[KIND_PARAMETER],
+    parameters=[KIND_PARAMETER, VERSION_PARAMETER],
     request=RewardIn,
     responses={200: RewardOut, **ERROR_RESPONSES},
     tags=["reward"],
@@ -669,6 +704,7 @@ def reward_selected(request: Request, slug: str, kind: str) -> Response:
     operation_id="get_reward",
     summary="OpenRLHF remote reward model",
     description=GET_REWARD_DOC,
+    parameters=[VERSION_PARAMETER],
     request=GetRewardIn,
     responses={200: GetRewardOut, **ERROR_RESPONSES},
     tags=["openrlhf"],
@@ -682,7 +718,7 @@ def get_reward(request: Request, slug: str, grader_id: int) -> Response:
     operation_id="get_reward_selected",
     summary="OpenRLHF remote reward model, with the project's selected grader of a kind",
     description=GET_REWARD_DOC,
-    parameters=[KIND_PARAMETER],
+    parameters=[KIND_PARAMETER, VERSION_PARAMETER],
     request=GetRewardIn,
     responses={200: GetRewardOut, **ERROR_RESPONSES},
     tags=["openrlhf"],
@@ -690,6 +726,34 @@ def get_reward(request: Request, slug: str, grader_id: int) -> Response:
 @_token_api(TokenScope.REWARD)
 def get_reward_selected(request: Request, slug: str, kind: str) -> Response:
     return _get_reward_respond(request, _grader_selected(request.auth, kind))
+
+
+@extend_schema(
+    operation_id="reward_alias",
+    summary="Rewards from the grader an alias points at",
+    description=REWARD_DOC,
+    parameters=[ALIAS_PARAMETER, VERSION_PARAMETER],
+    request=RewardIn,
+    responses={200: RewardOut, **ERROR_RESPONSES},
+    tags=["reward"],
+)
+@_token_api(TokenScope.REWARD)
+def reward_alias(request: Request, slug: str, name: str) -> Response:
+    return _reward_respond(request, _grader_aliased(request.auth, name))
+
+
+@extend_schema(
+    operation_id="get_reward_alias",
+    summary="OpenRLHF remote reward model, with the grader an alias points at",
+    description=GET_REWARD_DOC,
+    parameters=[ALIAS_PARAMETER, VERSION_PARAMETER],
+    request=GetRewardIn,
+    responses={200: GetRewardOut, **ERROR_RESPONSES},
+    tags=["openrlhf"],
+)
+@_token_api(TokenScope.REWARD)
+def get_reward_alias(request: Request, slug: str, name: str) -> Response:
+    return _get_reward_respond(request, _grader_aliased(request.auth, name))
 
 
 # The schema ---------------------------------------------------------------------------------
@@ -711,11 +775,14 @@ class ApiTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped
 
 GRADER = "p/<slug:slug>/graders/<int:grader_id>/"
 SELECTED = "p/<slug:slug>/graders/selected/<str:kind>/"
+ALIAS = "p/<slug:slug>/graders/alias/<str:name>/"
 reward_urlpatterns = [
     path(GRADER + "reward", reward, name="api-reward"),
     path(SELECTED + "reward", reward_selected, name="api-reward-selected"),
+    path(ALIAS + "reward", reward_alias, name="api-reward-alias"),
     path(GRADER + "get_reward", get_reward, name="api-get-reward"),
     path(SELECTED + "get_reward", get_reward_selected, name="api-get-reward-selected"),
+    path(ALIAS + "get_reward", get_reward_alias, name="api-get-reward-alias"),
 ]
 
 

@@ -13,6 +13,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from graders.aliases import alias_panel
 from graders.charts import scatter_svg
 from graders.engine.programs import KINDS
 from graders.evaluation import meta_eval_rows
@@ -106,6 +107,7 @@ def program_page(request: HttpRequest, slug: str, grader_id: int) -> HttpRespons
         "reward": reward_text(grader.program),
         "diff": program_diff(grader.parent.program, grader.program) if grader.parent else [],
         **program_lineage(grader),
+        **alias_panel(metagrader=grader),
     }
     return render(request, "graders/program.html", context)
 

@@ -2,8 +2,9 @@
 
     from graders.engine.runtime import load_bundle, TRLReward, CaptureTarget
 
-Bundles and the Grader live in bundle.py (the format is documented there); the TRL, verl and
-OpenRLHF reward functions in trainers.py; the capture target, which sends a sample of the
+Bundles and the Grader live in bundle.py (the format is documented there); a grader that
+follows a workbench alias (follow_alias) in follow.py; the TRL, verl and OpenRLHF reward
+functions in trainers.py, which take either; the capture target, which sends a sample of the
 graded groups back to the workbench, in capture_client.py; docs/trainers.md shows how to wire
 each one.
 """
@@ -21,6 +22,7 @@ from graders.engine.bundle import (
     response_input,
 )
 from graders.engine.capture_client import CaptureTarget
+from graders.engine.follow import FollowedGrader, FollowFailed, FollowRefused, follow_alias
 from graders.engine.trainers import (
     TRLReward,
     openrlhf_reward_func,
@@ -34,10 +36,14 @@ __all__ = [
     "BundleInfo",
     "BundleInvalid",
     "CaptureTarget",
+    "FollowFailed",
+    "FollowRefused",
+    "FollowedGrader",
     "GradeResult",
     "Grader",
     "TRLReward",
     "documents_input",
+    "follow_alias",
     "load_bundle",
     "openrlhf_reward_func",
     "prompt_text",

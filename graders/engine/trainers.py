@@ -24,6 +24,13 @@ has copy-paste examples.
   file given as --remote_rm_url (--reward.remote_url in current releases). Current releases
   call it with one sample at a time, which is enough for scalar and rubric programs only.
 
+Each adapter takes a Grader or a FollowedGrader (follow.py, a workbench alias): the version is
+picked once per call (`_grader_now`), before any group of the call is graded, so a switch of
+the alias falls between calls. Where a call holds whole groups (TRL, verl's batch form, a
+batch given to OpenRLHF's function) every group is graded by one version. A per-sample call
+holds one response, so a switch may fall between two responses of one group there: pin the
+version (pinned_hash) for per-sample trainers.
+
 The reference answer a trainer may pass (ground_truth, labels) is never shown to the judge: a
 label is read only as a task id (or an object with one), as the rubric writer must not see one.
 """
@@ -35,6 +42,7 @@ from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping, Se
 from typing import Any
 
 from graders.engine.bundle import Grader, GradeResult, response_input
+from graders.engine.follow import FollowedGrader
 from graders.engine.programs import TaskInput
 
 TASK_ID_KEY = "task_id"
@@ -61,6 +69,24 @@ OPENRLHF_PAIRWISE_PER_SAMPLE = (
 
 
 # Shared ---------------------------------------------------------------------------------------
+
+GraderSource = Grader | FollowedGrader
+
+
+def _grader_now(source: GraderSource) -> Grader:
+    """The version to grade one call with: a followed alias is re-checked here, between calls
+    (blocking), never while a call's groups are being graded."""
+    return source.current() if isinstance(source, FollowedGrader) else source
+
+
+async def _grader_now_async(source: GraderSource) -> Grader:
+    return await source.current_async() if isinstance(source, FollowedGrader) else source
+
+
+def _grader_loaded(source: GraderSource) -> Grader:
+    """The version in use, without a re-check: for checks made once, when an adapter is set
+    up (the kind, which an alias keeps; the name trainers log under)."""
+    return source.grader if isinstance(source, FollowedGrader) else source
 
 
 async def _groups_grade(
@@ -160,7 +186,7 @@ class TRLReward:
 
     def __init__(
         self,
-        grader: Grader,
+        grader: GraderSource,
         num_generations: int,
         *,
         failure_reward: float | None = 0.0,
@@ -171,7 +197,7 @@ class TRLReward:
         self.grader = grader
         self.num_generations = num_generations
         self.failure_reward = failure_reward
-        self.__name__ = name or _function_name(grader)
+        self.__name__ = name or _function_name(_grader_loaded(grader))
         self.last_failures = 0
 
     def __repr__(self) -> str:
@@ -180,7 +206,8 @@ class TRLReward:
     def __call__(
         self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
     ) -> list[float | None]:
-        return self.grader.run_sync(self.score(prompts, completions, **kwargs))
+        grader = _grader_now(self.grader)
+        return grader.run_sync(self._score(grader, prompts, completions, **kwargs))
 
     def as_async(self) -> Callable[..., Awaitable[list[float | None]]]:
         """The same reward as an `async def` function, for TRL's concurrent async reward
@@ -198,7 +225,13 @@ class TRLReward:
     async def score(
         self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
     ) -> list[float | None]:
-        results = await self.grade(prompts, completions, **kwargs)
+        grader = await _grader_now_async(self.grader)
+        return await self._score(grader, prompts, completions, **kwargs)
+
+    async def _score(
+        self, grader: Grader, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
+    ) -> list[float | None]:
+        results = await self._grade(grader, prompts, completions, **kwargs)
         self.last_failures = sum(not result.ok for result in results)
         return [
             self.failure_reward if result.reward is None else result.reward for result in results
@@ -208,18 +241,24 @@ class TRLReward:
         self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
     ) -> list[GradeResult]:
         """The detailed results (reward None on failure), in completion order."""
+        grader = await _grader_now_async(self.grader)
+        return await self._grade(grader, prompts, completions, **kwargs)
+
+    async def _grade(
+        self, grader: Grader, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
+    ) -> list[GradeResult]:
         size = len(completions)
         if len(prompts) != size:
             raise ValueError(f"{len(prompts)} prompts for {size} completions")
-        groups = self._groups(prompts)
+        groups = self._groups(grader, prompts)
         _pairwise_groups_check(
-            self.grader, groups, "num_generations=1 leaves each completion alone in its group"
+            grader, groups, "num_generations=1 leaves each completion alone in its group"
         )
         task_ids = _column(kwargs, TASK_ID_KEY, size)
         documents = _column(kwargs, DOCUMENTS_KEY, size)
         instructions = _column(kwargs, INSTRUCTIONS_KEY, size)
         tasks = [
-            self.grader.resolve_task(
+            grader.resolve_task(
                 prompt=prompts[row],
                 task_id=task_ids[row],
                 documents=documents[row],
@@ -227,9 +266,9 @@ class TRLReward:
             )
             for row in range(size)
         ]
-        return await _groups_grade(self.grader, tasks, completions, groups)
+        return await _groups_grade(grader, tasks, completions, groups)
 
-    def _groups(self, prompts: Sequence[Any]) -> list[Hashable]:
+    def _groups(self, grader: Grader, prompts: Sequence[Any]) -> list[Hashable]:
         size, block = len(prompts), self.num_generations
         if size % block == 0:
             for start in range(0, size, block):
@@ -241,7 +280,7 @@ class TRLReward:
                         "num_generations_eval, if evaluation uses another)"
                     )
             return [row // block for row in range(size)]
-        if self.grader.is_pairwise:
+        if grader.is_pairwise:
             raise ValueError(
                 f"{self.__name__}: {size} completions is not a multiple of num_generations="
                 f"{block}: {TRL_SPLIT_GROUPS}"
@@ -260,7 +299,7 @@ VerlScore = dict[str, float]
 
 
 def verl_compute_score(
-    grader: Grader, *, batch: bool = False, failure_reward: float = 0.0
+    source: GraderSource, *, batch: bool = False, failure_reward: float = 0.0
 ) -> Callable[..., Any]:
     """A verl reward function (custom_reward_function.path/name points at it).
 
@@ -282,14 +321,14 @@ def verl_compute_score(
             extra_infos: Sequence[Mapping[str, Any] | None] | None = None,
             **kwargs: Any,
         ) -> list[VerlScore]:
+            grader = _grader_now(source)
             return grader.run_sync(
                 _verl_batch_score(grader, solution_strs, extra_infos, failure_reward)
             )
 
         compute_score_batch.__name__ = compute_score_batch.__qualname__ = "compute_score"
         return compute_score_batch
-    if grader.is_pairwise:
-        raise ValueError(f"{grader.name} is a {grader.kind} grader: {VERL_PAIRWISE_NEEDS_BATCH}")
+    _per_sample_check(source)
 
     def compute_score(
         data_source: Any,
@@ -298,6 +337,7 @@ def verl_compute_score(
         extra_info: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> VerlScore:
+        grader = _grader_now(source)
         return grader.run_sync(
             _verl_batch_score(grader, [solution_str], [extra_info], failure_reward)
         )[0]
@@ -306,7 +346,7 @@ def verl_compute_score(
 
 
 def verl_compute_score_async(
-    grader: Grader, *, batch: bool = False, failure_reward: float = 0.0
+    source: GraderSource, *, batch: bool = False, failure_reward: float = 0.0
 ) -> Callable[..., Awaitable[Any]]:
     """verl_compute_score as an `async def` function: verl awaits it on its reward loop
     instead of running it in a thread, which it recommends for functions that call an API."""
@@ -319,12 +359,12 @@ def verl_compute_score_async(
             extra_infos: Sequence[Mapping[str, Any] | None] | None = None,
             **kwargs: Any,
         ) -> list[VerlScore]:
+            grader = await _grader_now_async(source)
             return await _verl_batch_score(grader, solution_strs, extra_infos, failure_reward)
 
         compute_score_batch.__name__ = compute_score_batch.__qualname__ = "compute_score"
         return compute_score_batch
-    if grader.is_pairwise:
-        raise ValueError(f"{grader.name} is a {grader.kind} grader: {VERL_PAIRWISE_NEEDS_BATCH}")
+    _per_sample_check(source)
 
     async def compute_score(
         data_source: Any,
@@ -333,10 +373,17 @@ def verl_compute_score_async(
         extra_info: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> VerlScore:
+        grader = await _grader_now_async(source)
         scores = await _verl_batch_score(grader, [solution_str], [extra_info], failure_reward)
         return scores[0]
 
     return compute_score
+
+
+def _per_sample_check(source: GraderSource) -> None:
+    grader = _grader_loaded(source)
+    if grader.is_pairwise:
+        raise ValueError(f"{grader.name} is a {grader.kind} grader: {VERL_PAIRWISE_NEEDS_BATCH}")
 
 
 async def _verl_batch_score(
@@ -384,7 +431,7 @@ def _verl_task(grader: Grader, extra_info: Mapping[str, Any] | None) -> TaskInpu
 
 
 def openrlhf_reward_func(
-    grader: Grader, *, failure_reward: float = 0.0
+    source: GraderSource, *, failure_reward: float = 0.0
 ) -> Callable[..., dict[str, Any]]:
     """An OpenRLHF reward function: `reward_func(queries, prompts, labels, **kwargs)`.
 
@@ -402,6 +449,7 @@ def openrlhf_reward_func(
         labels: Sequence[Any] | None = None,
         **kwargs: Any,
     ) -> dict[str, Any]:
+        grader = _grader_now(source)
         scored = grader.run_sync(
             openrlhf_rewards(grader, queries, prompts, labels, failure_reward=failure_reward)
         )

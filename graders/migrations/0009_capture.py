@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('graders', '0006_synthesis_sweep'),
+        ('graders', '0008_grader_aliases'),
         ('labeling', '0012_project_capture_rate'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]

@@ -16,6 +16,7 @@ from django.test import Client
 from hypothesis import HealthCheck, settings
 
 from config.wsgi import application
+from graders.aliases import alias_promote
 from graders.engine.programs import KINDS
 from graders.models import JudgeEndpoint
 from graders.services import grader_promote
@@ -27,7 +28,7 @@ from tests.graders.test_reward_api import grader_of, quality_responder
 pytestmark = pytest.mark.django_db
 
 SCHEMA_PATH = "/api/schema/?format=json"
-EXAMPLES = 25  # per operation: four operations in well under a minute
+EXAMPLES = 25  # per operation: six operations in well under a minute
 
 
 def test_schema_is_served_and_describes_every_reward_operation(client: Client) -> None:
@@ -40,16 +41,22 @@ def test_schema_is_served_and_describes_every_reward_operation(client: Client) -
         "/api/p/{slug}/graders/selected/{kind}/reward",
         "/api/p/{slug}/graders/{grader_id}/get_reward",
         "/api/p/{slug}/graders/selected/{kind}/get_reward",
+        "/api/p/{slug}/graders/alias/{name}/reward",
+        "/api/p/{slug}/graders/alias/{name}/get_reward",
     }
     reward = schema["paths"]["/api/p/{slug}/graders/{grader_id}/reward"]["post"]
     assert reward["security"] == [{"projectToken": []}]
     assert {"200", "400", "401", "403", "404", "413", "429"} <= set(reward["responses"])
+    # Every answer names the grader version in a header, and in the body of both shapes.
+    for operation in (op["post"] for op in schema["paths"].values()):
+        assert "X-Grader-Version" in operation["responses"]["200"]["headers"]
     components = schema["components"]["schemas"]
     responses = components["RewardIn"]["properties"]["responses"]
     assert (responses["minItems"], responses["maxItems"]) == (1, 64)
     assert components["ResponseIn"]["properties"]["content"]["maxLength"] == 1_000_000
     assert components["RewardOut"]["required"] == ["grader", "results", "rewards"]
     assert components["GetRewardIn"]["required"] == ["prompts", "query"]
+    assert "grader" in components["GetRewardOut"]["required"]
     assert schema["components"]["securitySchemes"]["projectToken"]["scheme"] == "bearer"
     # The YAML rendering is the default for people reading it.
     assert client.get("/api/schema/")["Content-Type"].startswith("application/vnd.oai.openapi")
@@ -79,6 +86,7 @@ def fuzz_target(project: Project, fake_judge: FakeJudgeServer) -> dict[str, Any]
     graders = {kind: grader_of(project, kind) for kind in KINDS}
     for grader in graders.values():
         grader_promote(project=project, metagrader=grader)
+    alias_promote(project=project, name="production", metagrader=graders["scalar"])
     _, raw = token_create(project=project, name="fuzz", scopes=["reward"], rate_per_minute=100_000)
     cache.clear()
     return {"slug": project.slug, "grader_id": graders["scalar"].pk, "token": raw}
@@ -103,12 +111,13 @@ fuzzed = schemathesis.openapi.from_wsgi(SCHEMA_PATH, application)
 def test_no_request_makes_the_server_fail(
     case: Any, fuzz_target: dict[str, Any], wsgi_in_test_transaction: None
 ) -> None:
-    # Random slugs and ids only reach the 404 path; aim the bodies at real graders (every
-    # kind is selected, so the selected-grader operations grade too).
+    # Random slugs, ids and aliases only reach the 404 path; aim the bodies at real graders
+    # (every kind is selected and `production` exists, so those operations grade too).
     case.path_parameters = {
         **case.path_parameters,
         "slug": fuzz_target["slug"],
         **({"grader_id": fuzz_target["grader_id"]} if "grader_id" in case.path_parameters else {}),
+        **({"name": "production"} if "name" in case.path_parameters else {}),
     }
     body = case.body
     if isinstance(body, dict) and isinstance(body.get("task_id"), str):
