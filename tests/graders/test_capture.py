@@ -18,6 +18,7 @@ from django.test import Client
 from django.urls import reverse
 
 import graders.capture
+from graders.aliases import alias_promote
 from graders.capture import (
     CaptureGroup,
     CaptureOrigin,
@@ -452,3 +453,17 @@ def test_the_schema_documents_run_and_step_on_both_request_shapes(client: Client
         assert (run["type"], run["minLength"], run["maxLength"]) == ("string", 1, 200)
         assert (step["type"], step["minimum"]) == ("integer", 0)
         assert "captured" in run["description"] and "captured" in step["description"]
+
+
+def test_a_grader_addressed_by_alias_captures_with_the_version_that_graded(
+    client: Client, capture_project: Project, scalar: Metagrader
+) -> None:
+    alias_promote(project=capture_project, name="production", metagrader=scalar)
+    raw = token_with(capture_project, rate=1.0)
+    url = reverse("api-get-reward-alias", args=["acme", "production"])
+    query = {"query": ["<u>x<a>GOOD answer", "<u>x<a>POOR answer"], "prompts": ["<u>x<a>"] * 2}
+    answer = post(client, url, query | {"run": "grpo-9", "step": 3}, raw)
+    assert answer.status_code == 200 and answer["X-Grader-Version"] == scalar.content_hash
+    group = CapturedGroup.objects.get()
+    assert (group.metagrader_id, group.run, group.step) == (scalar.pk, "grpo-9", 3)
+    assert group.source == CaptureSource.GET_REWARD and group.members.count() == 2
