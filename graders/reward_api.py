@@ -57,7 +57,7 @@ from rest_framework.response import Response
 from rest_framework.utils import json as drf_json
 
 from graders.aliases import ALIAS_NAME
-from graders.capture import CaptureReport, get_reward_capture, reward_capture
+from graders.capture import get_reward_capture, reward_capture
 from graders.engine.programs import KINDS
 from graders.engine.runtime import GradeResult
 from graders.models import ApiToken, GraderAlias, GraderSelection, Metagrader, TokenScope
@@ -548,7 +548,7 @@ class RecordedResponse(Response):
         self,
         data: Any,
         record: Callable[[], None],
-        capture: Callable[[], CaptureReport] | None = None,
+        capture: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(data)
         self._record = record
@@ -604,7 +604,7 @@ def _answered(
     body: Any,
     answers: RequestJudgeCache,
     responses: int,
-    capture: Callable[[], CaptureReport] | None = None,
+    capture: Callable[[], None] | None = None,
 ) -> RecordedResponse:
     """`body`, with the version's hash in VERSION_HEADER, and the request's judge answers,
     usage and captured groups written once it is sent."""

@@ -23,6 +23,7 @@ from graders.capture import (
     CaptureGroup,
     CaptureOrigin,
     CaptureTask,
+    CaptureWriter,
     capture_store,
     get_reward_capture,
     reservoir_slot,
@@ -67,6 +68,13 @@ TOKEN_NAME = "TOKEN-SECRET-trainer"
 @pytest.fixture(autouse=True)
 def rate_counts_cleared() -> None:
     cache.clear()
+
+
+@pytest.fixture(autouse=True)
+def capture_inline(settings: Any) -> None:
+    """Store drawn groups in the request's thread, inside the test's transaction; the writer
+    thread has tests of its own below."""
+    settings.CAPTURE_QUEUE_SIZE = 0
 
 
 @pytest.fixture
@@ -467,3 +475,53 @@ def test_a_grader_addressed_by_alias_captures_with_the_version_that_graded(
     group = CapturedGroup.objects.get()
     assert (group.metagrader_id, group.run, group.step) == (scalar.pk, "grpo-9", 3)
     assert group.source == CaptureSource.GET_REWARD and group.members.count() == 2
+
+
+# The writer thread ----------------------------------------------------------------------------
+
+
+def test_a_full_writer_drops_and_counts_instead_of_blocking(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    writer = CaptureWriter(size=1)
+    started, release = threading.Event(), threading.Event()
+    done: list[str] = []
+
+    def slow() -> None:
+        started.set()
+        release.wait(timeout=30)
+        done.append("slow")
+
+    assert writer.submit(slow)
+    assert started.wait(timeout=10)  # the thread holds it; the queue (1) is empty again
+    assert writer.submit(lambda: done.append("queued"))
+    # The request thread never waits (this test would hang here otherwise).
+    assert not writer.submit(lambda: done.append("dropped"))
+    assert writer.dropped == 1 and "a drawn group was dropped" in caplog.text
+    release.set()
+    writer.queue.join()
+    assert done == ["slow", "queued"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_writer_stores_drawn_groups_off_the_request_thread(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.CAPTURE_QUEUE_SIZE = 4
+    monkeypatch.setattr(CaptureWriter, "_current", None)  # a writer of this size, this test's
+    project = Project.objects.create(slug="acme", name="Acme", capture_rate=1.0)
+    Task.objects.create(project=project, external_id="t0", prompt="Review contract 0")
+    token = token_create(project=project, name="t", scopes=["reward"])[0]
+    store = reward_capture(
+        token=token,
+        metagrader=None,
+        data=group_body(["GOOD", "POOR"], step=5),
+        rewards=[0.9, 0.1],  # type: ignore[arg-type]
+    )
+    assert store is not None
+    store()
+    writer = CaptureWriter.get()
+    writer.queue.join()
+    assert (writer.dropped, writer.failed) == (0, 0)
+    group = CapturedGroup.objects.get()
+    assert group.step == 5 and [m.reward for m in group.members.all()] == [0.9, 0.1]
