@@ -1,9 +1,11 @@
 """The token API for training jobs, under /api/: rewards (graders/reward_api.py) and the
-OpenAPI schema that describes it."""
+OpenAPI schema that describes it, bundles, and the bulk capture of rollouts
+(graders/capture_api.py)."""
 
 from django.urls import path
 
 from graders.bundle_views import bundle_alias_api, bundle_api
+from graders.capture_api import capture_log
 from graders.reward_api import reward_urlpatterns, schema_view
 
 urlpatterns = [
@@ -14,5 +16,6 @@ urlpatterns = [
         bundle_alias_api,
         name="api-bundle-alias",
     ),
+    path("p/<slug:slug>/capture", capture_log, name="api-capture"),
     path("schema/", schema_view, name="api-schema"),
 ]

@@ -366,6 +366,7 @@ class GraderSelection(models.Model):
 class TokenScope(models.TextChoices):
     REWARD = "reward", "Call the reward API"
     EXPORT = "export", "Download grader bundles and label exports"
+    CAPTURE = "capture", "Send production rollouts for capture"
 
 
 class ApiToken(models.Model):
@@ -379,6 +380,14 @@ class ApiToken(models.Model):
     secret_hash = models.CharField(max_length=64, unique=True)
     scopes = models.JSONField(default=list)
     rate_per_minute = models.PositiveIntegerField(default=600)
+    # The share of graded groups the reward API captures for this token; null: the project's
+    # capture_rate. 0 turns capture off for the token.
+    capture_rate = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text="Share of graded groups to capture (0 to 1); empty: the project's rate.",
+    )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
@@ -388,6 +397,13 @@ class ApiToken(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(capture_rate__isnull=True)
+                | Q(capture_rate__gte=0, capture_rate__lte=1),
+                name="token_capture_rate",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
@@ -613,3 +629,85 @@ class AliasMove(models.Model):
 
     def __str__(self) -> str:
         return f"{self.alias.name}: {self.from_metagrader_id} -> {self.to_metagrader_id}"
+
+
+# Capture (DESIGN.md section 12): groups of rollouts that training sent for grading, kept so
+# experts can label what the policy now produces. The rollouts themselves are labeling
+# Responses (so the queue serves them like any pair); where they came from (run, step, token,
+# grader, reward) lives only here, in tables the label and task pages never read.
+
+
+class CaptureSource(models.TextChoices):
+    REWARD = "reward", "Reward API"
+    GET_REWARD = "get_reward", "OpenRLHF get_reward"
+    BULK = "bulk", "Bulk capture log"
+
+
+class CaptureReservoir(models.Model):
+    """A task's reservoir of captured groups: how many groups have been offered so far, which
+    reservoir sampling needs to give the n-th group its K/n chance. The row is locked while a
+    group is stored, so concurrent captures of one task count and place in turn."""
+
+    task = models.OneToOneField(Task, on_delete=models.CASCADE, related_name="+")
+    groups_seen = models.PositiveBigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"reservoir of {self.task_id}: {self.groups_seen} seen"
+
+
+class CapturedGroup(models.Model):
+    """One captured group: responses to one task graded together, with the run and step the
+    trainer named. `slot` is its place in the task's reservoir; a group pushed out of the
+    reservoir whose responses experts had labeled keeps its rows with slot null (labels are
+    never deleted to make room)."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="+")
+    slot = models.PositiveIntegerField(null=True, blank=True)
+    source = models.CharField(max_length=16, choices=CaptureSource.choices)
+    metagrader = models.ForeignKey(
+        Metagrader, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    token = models.ForeignKey(
+        ApiToken, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    run = models.CharField(max_length=200, blank=True, default="")
+    step = models.PositiveBigIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["task", "slot"], condition=Q(slot__isnull=False), name="capture_slot_once"
+            ),
+            models.CheckConstraint(
+                condition=Q(source__in=CaptureSource.values), name="capture_source"
+            ),
+        ]
+        indexes = [models.Index(fields=["project", "run", "step"], name="capture_run_step")]
+
+    def __str__(self) -> str:
+        return f"capture {self.pk} of {self.task_id} (run {self.run!r}, step {self.step})"
+
+
+class CapturedResponse(models.Model):
+    """A captured Response: its group, the reward it was given (null: grading failed or the
+    log gave none) and the hash of its content, unique per task so a rollout captured once is
+    never stored twice."""
+
+    group = models.ForeignKey(CapturedGroup, on_delete=models.CASCADE, related_name="members")
+    response = models.OneToOneField(Response, on_delete=models.CASCADE, related_name="capture")
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="+")
+    content_hash = models.CharField(max_length=64)
+    reward = models.FloatField(null=True, blank=True)
+    position = models.PositiveSmallIntegerField()
+
+    class Meta:
+        ordering = ["group", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["task", "content_hash"], name="capture_content_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.response_id} in capture {self.group_id}"

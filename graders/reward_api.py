@@ -18,7 +18,9 @@ X-Grader-Version header, so a trainer can log which version gave each reward.
 
 Both authenticate with a project token (graders/tokens.py) that holds the `reward` scope, and
 grade as an exported bundle would (graders/reward_grading.py). What a request writes (the
-judge's new answers, the usage count) is written once its answer is sent.
+judge's new answers, the usage count, the groups drawn for capture: graders/capture.py) is
+written once its answer is sent. Optional `run` and `step` name the training run and step,
+kept with captured groups.
 
 Limits: the body (REWARD_API_MAX_BYTES, 413), responses per request (400), and the sizes of
 every text, the same as the JSONL import's (FORMATS.md). Every error is JSON: {"detail": ...}
@@ -55,6 +57,7 @@ from rest_framework.response import Response
 from rest_framework.utils import json as drf_json
 
 from graders.aliases import ALIAS_NAME
+from graders.capture import get_reward_capture, reward_capture
 from graders.engine.programs import KINDS
 from graders.engine.runtime import GradeResult
 from graders.models import ApiToken, GraderAlias, GraderSelection, Metagrader, TokenScope
@@ -183,6 +186,39 @@ class ToolArguments(serializers.JSONField):
         return value
 
 
+class RunName(Text):
+    """A training run's name: a string, never a number turned into one."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StepNumber(serializers.IntegerField):
+    """A training step: a JSON integer (not a string, a float or a boolean), 0 or more."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(min_value=0, max_value=MAX_ROW_ID, **kwargs)
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return int(super().to_internal_value(data))
+
+
+class RunStepIn(serializers.Serializer):
+    """What both request shapes may say of the training that sent them (graders/capture.py)."""
+
+    run = RunName(
+        required=False,
+        min_length=1,
+        max_length=200,
+        help_text="The training run's name, kept with the groups captured from it.",
+    )
+    step = StepNumber(required=False, help_text="The training step, kept with captured groups.")
+
+
 class DocumentIn(serializers.Serializer):
     id = Text(required=False, min_length=1, max_length=MAX_ID)
     title = Text(required=False, allow_blank=True, max_length=500, default="")
@@ -242,7 +278,7 @@ class ResponseIn(serializers.Serializer):
         return data
 
 
-class RewardIn(serializers.Serializer):
+class RewardIn(RunStepIn):
     task_id = Text(
         required=False,
         min_length=1,
@@ -319,7 +355,7 @@ class LabelField(serializers.Field):
         return value
 
 
-class GetRewardIn(serializers.Serializer):
+class GetRewardIn(RunStepIn):
     query = serializers.ListField(
         child=Text(allow_blank=True, max_length=MAX_PROMPT + MAX_RESPONSE_TEXT),
         min_length=1,
@@ -433,15 +469,16 @@ def _results_json(results: Sequence[GradeResult], detail: bool) -> list[dict[str
 # Views --------------------------------------------------------------------------------------
 
 
-def _token_api(scope: str) -> Any:
+def _token_api(scope: str, parsers: Sequence[type[BaseParser]] = (LimitedJSONParser,)) -> Any:
     """A POST view of the token API: project tokens only (no sessions, so no CSRF), the
-    token's project and scope, its rate limit, and JSON bodies within the size limit."""
+    token's project and scope, its rate limit, and bodies read by `parsers` (JSON within the
+    size limit unless told otherwise)."""
 
     def decorate(function: Any) -> Any:
         function.authentication_classes = [ApiTokenAuthentication]
         function.permission_classes = [scope_required(scope)]
         function.throttle_classes = [TokenRateThrottle]
-        function.parser_classes = [LimitedJSONParser]
+        function.parser_classes = list(parsers)
         # drf-spectacular's schema class on the view, and where @extend_schema looks for it:
         # the project's DEFAULT_SCHEMA_CLASS stays DRF's own.
         function.schema = AutoSchema()
@@ -507,15 +544,26 @@ class RecordedResponse(Response):
     failure there is logged; what it loses is a usage count and cache entries that a later
     request pays one judge call to make again."""
 
-    def __init__(self, data: Any, record: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        data: Any,
+        record: Callable[[], None],
+        capture: Callable[[], None] | None = None,
+    ) -> None:
         super().__init__(data)
         self._record = record
+        self._capture = capture
 
     def close(self) -> None:
         try:
             self._record()
         except Exception:
             _log.exception("storing a reward request's judge answers and usage failed")
+        try:
+            if self._capture is not None:
+                self._capture()
+        except Exception:
+            _log.exception("capturing a reward request's groups failed")
         finally:
             super().close()
 
@@ -529,7 +577,10 @@ def _reward_respond(request: Request, metagrader: Metagrader) -> Response:
         "rewards": [result.reward for result in results],
         "results": _results_json(results, data.validated_data["detail"]),
     }
-    return _answered(request, metagrader, body, answers, len(results))
+    capture = reward_capture(
+        token=request.auth, metagrader=metagrader, data=data.validated_data, rewards=body["rewards"]
+    )
+    return _answered(request, metagrader, body, answers, len(results), capture)
 
 
 def _get_reward_respond(request: Request, metagrader: Metagrader) -> Response:
@@ -537,7 +588,10 @@ def _get_reward_respond(request: Request, metagrader: Metagrader) -> Response:
     data.is_valid(raise_exception=True)
     payload, answers = openrlhf_score(metagrader=metagrader, data=data.validated_data)
     body = {"grader": _grader_json(metagrader), **payload}
-    return _answered(request, metagrader, body, answers, len(payload["rewards"]))
+    capture = get_reward_capture(
+        token=request.auth, metagrader=metagrader, data=data.validated_data, payload=payload
+    )
+    return _answered(request, metagrader, body, answers, len(payload["rewards"]), capture)
 
 
 def _grader_json(metagrader: Metagrader) -> dict[str, Any]:
@@ -550,9 +604,10 @@ def _answered(
     body: Any,
     answers: RequestJudgeCache,
     responses: int,
+    capture: Callable[[], None] | None = None,
 ) -> RecordedResponse:
-    """`body`, with the version's hash in VERSION_HEADER, and the request's judge answers and
-    usage written once it is sent."""
+    """`body`, with the version's hash in VERSION_HEADER, and the request's judge answers,
+    usage and captured groups written once it is sent."""
     record = partial(
         reward_record,
         answers=answers,
@@ -560,7 +615,7 @@ def _answered(
         token=request.auth,
         responses=responses,
     )
-    response = RecordedResponse(body, record)
+    response = RecordedResponse(body, record, capture)
     response[VERSION_HEADER] = metagrader.content_hash
     return response
 

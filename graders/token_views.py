@@ -42,6 +42,14 @@ class TokenForm(forms.Form):
         label="Requests per minute",
         help_text="Requests over this get 429 with Retry-After.",
     )
+    capture_rate = forms.FloatField(
+        required=False,
+        min_value=0.0,
+        max_value=1.0,
+        label="Capture rate",
+        help_text="Share of graded groups kept for labeling (docs/capture.md); empty: the "
+        "project's rate, 0: none.",
+    )
 
 
 @require_http_methods(["GET", "POST"])
@@ -56,6 +64,7 @@ def tokens_page(request: HttpRequest, slug: str) -> HttpResponse:
             name=form.cleaned_data["name"],
             scopes=form.cleaned_data["scopes"],
             rate_per_minute=form.cleaned_data["rate_per_minute"],
+            capture_rate=form.cleaned_data["capture_rate"],
             user=request.user,
         )
         return redirect("api-tokens", slug=slug)

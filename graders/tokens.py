@@ -77,15 +77,18 @@ def token_create(
     name: str,
     scopes: list[str],
     rate_per_minute: int = 600,
+    capture_rate: float | None = None,
     user: Any = None,
 ) -> tuple[ApiToken, str]:
     """Make a token; returns the row and the full token text, which is never stored and
-    cannot be shown again."""
+    cannot be shown again. `capture_rate` overrides the project's (None: the project's)."""
     unknown = sorted(set(scopes) - set(TokenScope.values))
     if unknown or not scopes:
         raise ValueError(f"scopes must be some of {', '.join(TokenScope.values)}; got {scopes}")
     if not 1 <= rate_per_minute <= MAX_RATE_PER_MINUTE:
         raise ValueError(f"rate_per_minute must be between 1 and {MAX_RATE_PER_MINUTE}")
+    if capture_rate is not None and not 0.0 <= capture_rate <= 1.0:
+        raise ValueError("capture_rate must be between 0 and 1")
     prefix = secrets.token_hex(PREFIX_BYTES)
     raw = f"{TOKEN_PREFIX}_{prefix}_{secrets.token_urlsafe(SECRET_BYTES)}"
     token = ApiToken.objects.create(
@@ -95,6 +98,7 @@ def token_create(
         secret_hash=token_hash(raw),
         scopes=sorted(set(scopes)),
         rate_per_minute=rate_per_minute,
+        capture_rate=capture_rate,
         created_by=user if getattr(user, "is_authenticated", False) else None,
     )
     return token, raw

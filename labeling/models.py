@@ -5,6 +5,7 @@ arrives through three doors (command, page, API) and the worker.
 """
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Coalesce, Greatest, Least
@@ -37,6 +38,13 @@ class Project(models.Model):
     overlap = models.PositiveSmallIntegerField(
         default=1, help_text="How many annotators label each pair."
     )
+    # The share of graded groups the reward API keeps for labeling (graders/capture.py), unless
+    # a token sets its own; 0 turns capture off.
+    capture_rate = models.FloatField(
+        default=0.0,
+        validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text="Share of graded groups the reward API captures (0 to 1).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     # The labeling queue's strategy (a name registered in labeling.strategies), the share of
     # pairs it draws uniformly at random, and how many new labels trigger a background rewrite
@@ -63,6 +71,9 @@ class Project(models.Model):
             models.CheckConstraint(
                 condition=Q(queue_epsilon__gte=0, queue_epsilon__lte=1),
                 name="project_queue_epsilon_unit",
+            ),
+            models.CheckConstraint(
+                condition=Q(capture_rate__gte=0, capture_rate__lte=1), name="project_capture_rate"
             ),
         ]
 

@@ -65,6 +65,7 @@ from typing import Any
 
 import httpx
 
+from graders.engine.capture_client import CaptureTarget
 from graders.engine.egress import EgressPolicy
 from graders.engine.judge import (
     Budget,
@@ -156,6 +157,7 @@ def load_bundle(
     rubric_cache_path: str | os.PathLike[str] | None = None,
     budget: Budget | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    capture: CaptureTarget | None = None,
 ) -> "Grader":
     """Read and check a bundle, and return the Grader it describes.
 
@@ -164,7 +166,8 @@ def load_bundle(
     default each Grader has its own MemoryCache. `rubric_cache_path` keeps rubrics generated for
     tasks the bundle does not know across restarts. `budget` stops grading (BudgetExhausted)
     once spent. `transport` replaces the judge client's HTTP transport (tests, proxies, a
-    pool shared by several graders); the caller closes it.
+    pool shared by several graders); the caller closes it. `capture` sends a sample of the
+    graded groups to the workbench (capture_client.py); the caller closes it.
 
     Raises BundleInvalid naming every problem found, or OSError / ValueError if the file
     cannot be read as JSON.
@@ -187,6 +190,7 @@ def load_bundle(
         rubric_cache_path=rubric_cache_path,
         budget=budget,
         transport=transport,
+        capture=capture,
     )
 
 
@@ -225,6 +229,7 @@ def _grader_build(
     budget: Budget | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
     egress: EgressPolicy | None = None,
+    capture: CaptureTarget | None = None,
 ) -> "Grader":
     settings = _settings_parse(data.get("judge"), judge_base_url, egress, errors)
     tasks = _tasks_parse(data.get("tasks", {}), errors)
@@ -244,6 +249,7 @@ def _grader_build(
         rubric_cache_path=rubric_cache_path,
         budget=budget,
         transport=transport,
+        capture=capture,
     )
 
 
@@ -638,6 +644,7 @@ class Grader:
         rubric_cache_path: str | os.PathLike[str] | None = None,
         budget: Budget | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        capture: CaptureTarget | None = None,
     ) -> None:
         self.program = program
         self.settings = settings
@@ -652,6 +659,7 @@ class Grader:
         self.rubric_cache_path = Path(rubric_cache_path) if rubric_cache_path else None
         self.budget = budget
         self.transport = transport
+        self.capture = capture
         self.graded = 0
         self.failed = 0
         # Rubrics generated in this process, by task_text_key.
@@ -765,6 +773,13 @@ class Grader:
         with self._lock:
             self.graded += len(results)
             self.failed += len(failures)
+        if self.capture is not None:
+            self.capture.offer(
+                task_input,
+                responses,
+                [result.reward for result in results],
+                stored=task_input.id in self.tasks,
+            )
         if failures:
             _log.warning(
                 "grader %s: %d of %d responses to task %s could not be graded; first: %s",

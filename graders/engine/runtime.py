@@ -1,10 +1,12 @@
 """The export runtime, in one import for training jobs and the workbench's reward API:
 
-    from graders.engine.runtime import load_bundle, TRLReward
+    from graders.engine.runtime import load_bundle, TRLReward, CaptureTarget
 
 Bundles and the Grader live in bundle.py (the format is documented there); a grader that
 follows a workbench alias (follow_alias) in follow.py; the TRL, verl and OpenRLHF reward
-functions in trainers.py, which take either; docs/trainers.md shows how to wire each one.
+functions in trainers.py, which take either; the capture target, which sends a sample of the
+graded groups back to the workbench, in capture_client.py; docs/trainers.md shows how to wire
+each one.
 """
 
 from graders.engine.bundle import (
@@ -19,6 +21,7 @@ from graders.engine.bundle import (
     prompt_text,
     response_input,
 )
+from graders.engine.capture_client import CaptureTarget
 from graders.engine.follow import FollowedGrader, FollowFailed, FollowRefused, follow_alias
 from graders.engine.trainers import (
     TRLReward,
@@ -32,6 +35,7 @@ __all__ = [
     "BUNDLE_VERSION",
     "BundleInfo",
     "BundleInvalid",
+    "CaptureTarget",
     "FollowFailed",
     "FollowRefused",
     "FollowedGrader",
