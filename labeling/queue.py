@@ -504,13 +504,20 @@ def queue_refresh_soon(project: Project) -> bool:
     return bool(asked)
 
 
-def queue_refresh(*, project: Project, seed: int = 0) -> int:
+def queue_refresh(*, project: Project, seed: int | None = None) -> int:
     """Rewrite priority, probability and pool of the project's queued pairs that are not pinned,
     with the strategy the project chose as it can run now (strategy_for): the same pairs, new
     ranks, written in one transaction. Each pair is ranked once and its rank applies to every
-    dimension it is queued in. Returns the number of queue rows rewritten."""
+    dimension it is queued in. Returns the number of queue rows rewritten.
+
+    Without a `seed`, the draw is seeded by the number of labels the project holds: a redelivered
+    refresh writes the same ranks again, while each refresh after new labels draws afresh. One
+    fixed seed would give a pair the same random key in every refresh, so a pair unlucky once
+    would stay unlucky, and the chance recorded for it would overstate how often it is drawn."""
     # Cleared before ranking, so labels arriving while the strategy computes can ask again.
     Project.objects.filter(pk=project.pk).update(queue_refresh_requested_at=None)
+    if seed is None:
+        seed = Preference.objects.filter(task__project=project).count()
     strategy = strategy_for(project, seed=seed).strategy
     queued = list(
         QueuePair.objects.filter(project=project, overlap__isnull=True)

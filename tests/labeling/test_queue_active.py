@@ -209,6 +209,34 @@ def test_the_refresh_task_twice_writes_the_same_ranks(project: Project, tmp_path
     assert queue_refresh_task(10**6) == {"project": 10**6, "rewritten": 0, "missing": True}
 
 
+def test_each_refresh_after_new_labels_draws_afresh(project: Project, tmp_path: Path) -> None:
+    records = tasks_with_responses(2, 3)
+    jsonl_import(project=project, path=write_jsonl(tmp_path / "q.jsonl", records))
+    queue_build(project=project, strategy=CoverageFirst(seed=5), dimensions=[None])
+
+    def ranks() -> list[float]:
+        return list(QueuePair.objects.order_by("pk").values_list("priority", flat=True))
+
+    queue_refresh(project=project)
+    before = ranks()
+    queue_refresh(project=project)
+    assert ranks() == before  # the same labels: the same draw
+    # A label on a pair the queue does not hold leaves the pool as it was; the draw still moves,
+    # since a fixed seed would hand every pair the same random key refresh after refresh.
+    pair = QueuePair.objects.order_by("pk").first()
+    assert pair is not None
+    Preference.objects.create(
+        task_id=pair.task_id,
+        response_a_id=pair.response_a_id,
+        response_b_id=pair.response_b_id,
+        choice="a",
+        provider="synthetic",
+        annotator=Annotator.objects.create(project=project, name="generator"),
+    )
+    queue_refresh(project=project)
+    assert ranks() != before
+
+
 def label_all(project: Project, annotator: Annotator, count: int) -> list[QueueAssignment]:
     done = []
     for _ in range(count):
