@@ -148,20 +148,25 @@ class SearchForm(forms.Form):
     )  # fmt: skip
     selection_rule = forms.ChoiceField(
         label="Selection rule",
-        choices=SelectionRuleChoice.choices,
-        initial=DEFAULT_RULE.value,
-        required=False,  # left out, the default rule
+        # Blank (or left out) is the default rule, which falls back to argmax while
+        # D_selection is too small to split; a rule chosen here is held to.
+        choices=[
+            ("", f"Default: {DEFAULT_RULE.value}, or argmax while too few tasks are labeled"),
+            *SelectionRuleChoice.choices,
+        ],
+        initial="",
+        required=False,
         help_text="A search that shows the proposer its results on D_selection ends up fitting "
         "those few tasks, and the winner's accuracy there reads too high. The holdout rules "
-        "keep part of D_selection from the proposer and pick the winner there; the lower "
+        "keep a fifth of D_selection from the proposer and pick the winner there; the lower "
         "bound and P(best) discount a lead that rests on a few tasks.",
     )
     max_calls, max_cost = budget_fields(
         calls_help="Stop after this many judge and proposer calls.", cost_max=None
     )
 
-    def clean_selection_rule(self) -> str:
-        return self.cleaned_data.get("selection_rule") or DEFAULT_RULE.value
+    def clean_selection_rule(self) -> str | None:
+        return self.cleaned_data.get("selection_rule") or None
 
     def __init__(self, *args: object, project: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]

@@ -56,6 +56,10 @@ from labeling.snapshots import label_snapshot_take
 
 SEARCH_JOB = "search"
 MAX_CANDIDATES = 200
+# Why a search left to the default rule ranks by argmax; stored on it and shown on its page.
+TOO_FEW_TO_SPLIT = (
+    "too few labeled D_selection tasks to hold any back: ranked by the point estimate"
+)
 
 
 class SearchInvalid(ValueError):
@@ -112,13 +116,18 @@ def search_start(
     iterations: int = 0,
     k: int = 3,
     seed: int = 0,
-    selection_rule: str = DEFAULT_RULE.value,
+    selection_rule: str | None = None,
     max_calls: int | None = None,
     max_cost: float | None = None,
     user: Any = None,
 ) -> SearchRun:
     """Check a search's settings and enqueue it when this commits. Raises SearchInvalid
-    with a message a person can act on."""
+    with a message a person can act on.
+
+    `selection_rule` None is the default rule, or argmax while D_selection has too few labeled
+    tasks to hold any back: a project with one labeled task must still be able to search, or
+    active learning has no candidates to ask experts about. The search stores the rule it uses
+    and, when it fell back, why. A split rule chosen explicitly is refused instead."""
     if kind not in KINDS:
         raise SearchInvalid(f"unknown kind {kind!r}; use one of {', '.join(KINDS)}")
     if mode not in SearchMode.values:
@@ -135,7 +144,7 @@ def search_start(
         raise SearchInvalid(
             f"that is {1 + n + iterations * k} candidates; at most {MAX_CANDIDATES} per search"
         )
-    if selection_rule not in SelectionRuleChoice.values:
+    if selection_rule is not None and selection_rule not in SelectionRuleChoice.values:
         raise SearchInvalid(
             f"unknown selection rule {selection_rule!r}; use one of "
             f"{', '.join(SelectionRuleChoice.values)}"
@@ -143,13 +152,15 @@ def search_start(
     problem = selection_problem(project)
     if problem:
         raise SearchInvalid(problem)
-    if SelectionRule(selection_rule).splits and (
-        _labeled_task_count(_graded_tasks(project, Split.SELECTION)) < 2
-    ):
-        raise SearchInvalid(
-            "that selection rule splits D_selection in two and needs at least two labeled "
-            "D_selection tasks; label another task or pick a rule without a split"
-        )
+    rule = SelectionRule(selection_rule) if selection_rule is not None else DEFAULT_RULE
+    selection_note = ""
+    if rule.splits and _labeled_task_count(_graded_tasks(project, Split.SELECTION)) < 2:
+        if selection_rule is not None:
+            raise SearchInvalid(
+                "that selection rule splits D_selection in two and needs at least two labeled "
+                "D_selection tasks; label another task or pick a rule without a split"
+            )
+        rule, selection_note = SelectionRule.ARGMAX, TOO_FEW_TO_SPLIT
     job = job_create(
         kind=SEARCH_JOB, project=project, user=user, params={"kind": kind, "mode": mode}
     )
@@ -164,7 +175,8 @@ def search_start(
         iterations=iterations,
         k=k,
         seed=seed,
-        selection_rule=selection_rule,
+        selection_rule=rule.value,
+        selection_note=selection_note,
         max_calls=max_calls,
         max_cost=max_cost,
         snapshot=label_snapshot_take(project=project),

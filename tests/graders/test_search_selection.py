@@ -19,6 +19,7 @@ from graders.engine.baseline import baseline_program
 from graders.engine.judge import Budget
 from graders.engine.proposer import BLOCKS_BY_NAME, FRESH_INSTRUCTION, VERIFY_INSTRUCTION
 from graders.engine.selection import (
+    DEFAULT_RULE,
     SelectionInput,
     SelectionRule,
     selection_select,
@@ -34,7 +35,7 @@ from graders.models import (
     Origin,
     SearchRun,
 )
-from graders.search import SearchInvalid, search_run_execute, search_start
+from graders.search import TOO_FEW_TO_SPLIT, SearchInvalid, search_run_execute, search_start
 from graders.search_proposals import round_propose
 from graders.services import metagrader_register
 from labeling.models import Project, Score, Task
@@ -45,8 +46,9 @@ pytestmark = pytest.mark.django_db
 
 
 def task_credit(run: GradingRun, tol: float = 0.1) -> dict[int, tuple[float, int]]:
-    """{task: (tolerant credit sum, pairs)}: over same-task pairs with different true scores,
-    1 if the better one's reward leads by more than tol, 0.5 within tol, else 0."""
+    """{task: (tolerant credit sum, pairs)}: over same-task pairs of labeled responses with
+    different true scores, 1 if the better one's reward leads by more than tol, 0.5 within
+    tol, else 0."""
     rows = Grade.objects.filter(run=run).values_list("response_id", "response__task_id", "reward")
     truth = dict(
         Score.objects.filter(response_id__in=[r for r, _, _ in rows]).values_list(
@@ -55,7 +57,7 @@ def task_credit(run: GradingRun, tol: float = 0.1) -> dict[int, tuple[float, int
     )
     credit: dict[int, list[float]] = defaultdict(list)
     for (a, task_a, reward_a), (b, task_b, reward_b) in combinations(rows, 2):
-        if task_a != task_b or truth[a] == truth[b]:
+        if task_a != task_b or a not in truth or b not in truth or truth[a] == truth[b]:
             continue
         (_, better), (_, worse) = sorted([(truth[a], reward_a), (truth[b], reward_b)])[::-1]
         lead = better - worse
@@ -192,19 +194,21 @@ def test_an_unknown_rule_is_refused_with_its_name(
     assert not SearchRun.objects.exists()
 
 
-def test_a_rule_with_a_split_needs_two_labeled_selection_tasks(
+def test_a_chosen_rule_with_a_split_needs_two_labeled_selection_tasks(
     search_project: Project, search_judge: JudgeEndpoint
 ) -> None:
     Score.objects.filter(response__task__external_id__in=["s1", "s2"]).delete()
-    with pytest.raises(SearchInvalid, match="needs at least two labeled D_selection tasks"):
-        search_start(
-            project=search_project,
-            kind="scalar",
-            mode="best_of_n",
-            endpoint=search_judge,
-            n=1,
-            selection_rule=SelectionRule.THRESHOLDOUT.value,
-        )
+    for rule in (SelectionRule.HOLDOUT, SelectionRule.THRESHOLDOUT):
+        with pytest.raises(SearchInvalid, match="needs at least two labeled D_selection tasks"):
+            search_start(
+                project=search_project,
+                kind="scalar",
+                mode="best_of_n",
+                endpoint=search_judge,
+                n=1,
+                selection_rule=rule.value,
+            )
+    assert not SearchRun.objects.exists()
     search = search_start(
         project=search_project,
         kind="scalar",
@@ -214,6 +218,45 @@ def test_a_rule_with_a_split_needs_two_labeled_selection_tasks(
         selection_rule=SelectionRule.LOWER_BOUND.value,
     )
     assert search.selection_rule == "lower_bound"
+
+
+def test_the_default_rule_ranks_by_argmax_while_d_selection_cannot_be_split_and_says_why(
+    search_project: Project, search_judge: JudgeEndpoint, admin_user: Any
+) -> None:
+    # With one labeled D_selection task (s3) nothing can be held back: the default search
+    # still starts, runs by argmax and stores why; the form's blank rule is that default.
+    Score.objects.filter(response__task__external_id__in=["s1", "s2"]).delete()
+    client = Client()
+    client.force_login(admin_user)
+    response = client.post(
+        f"/p/{search_project.slug}/searches/",
+        {"kind": "scalar", "mode": "evolutionary", "endpoint": search_judge.pk, "proposer": "",
+         "n": 1, "iterations": 1, "k": 2, "seed": 0, "selection_rule": ""},
+    )  # fmt: skip
+    assert response.status_code in (200, 302)
+    search = SearchRun.objects.get()
+    assert search.selection_rule == SelectionRule.ARGMAX.value
+    assert search.selection_note == TOO_FEW_TO_SPLIT
+    assert search_run_execute(search_id=search.pk)["status"] == "succeeded"
+    search.refresh_from_db()
+    graded, selection = expected_selection(search)
+    assert search.winner_id == graded[selection.winner].pk
+    assert all(c.pick_score == c.score for c in graded)  # argmax: the pick is the score
+    page = client.get(f"/p/{search_project.slug}/searches/{search.pk}/").content.decode()
+    assert (
+        'selection rule: Argmax: highest accuracy on D_selection (naive) <span class="hint">'
+        "(too few labeled D_selection tasks to hold any back: ranked by the point estimate)"
+    ) in page
+
+
+def test_the_default_rule_is_holdout_when_d_selection_can_be_split(
+    search_project: Project, search_judge: JudgeEndpoint
+) -> None:
+    search = search_start(
+        project=search_project, kind="scalar", mode="best_of_n", endpoint=search_judge, n=1
+    )
+    assert (search.selection_rule, search.selection_note) == (DEFAULT_RULE.value, "")
+    assert DEFAULT_RULE == SelectionRule.HOLDOUT
 
 
 def test_the_search_page_shows_the_rule_and_the_untouched_side_of_the_curve(
@@ -233,7 +276,7 @@ def test_the_search_page_shows_the_rule_and_the_untouched_side_of_the_curve(
     client = Client()
     client.force_login(admin_user)
     page = client.get(f"/p/{search_project.slug}/searches/{search.pk}/").content.decode()
-    assert "selection rule: Holdout: feedback on half, the pick on the rest" in page
+    assert "selection rule: Holdout: feedback on four fifths, the pick on the rest" in page
     assert "D_selection, untouched</th>" in page and "Told the proposer" in page
     # The chart draws the untouched series, with its legend entry, from the curve's values.
     untouched = [p["untouched"] for p in search.curve]
@@ -295,19 +338,26 @@ def test_the_structured_proposer_breeds_from_the_best_by_what_it_was_told(
 def test_argmax_and_the_holdout_rules_part_ways_when_a_lead_is_on_the_proposers_side(
     search_project: Project, search_judge: JudgeEndpoint, fake_judge: FakeJudgeServer
 ) -> None:
-    """Two proposals: A grades right on the feedback tasks, B on the untouched one (2.5 of 3
-    pairs' credit; elsewhere every reward is 0.5, all ties: 1.5 of 3). On all of D_selection A
-    leads, (2.5 + 2.5 + 1.5) / 9 against (1.5 + 1.5 + 2.5) / 9, so argmax picks A; the holdout
-    rules pick B, the better on the part the proposer never saw. The lower bound picks the
-    baseline: a resample draws A's 0.5 task three times with probability (1/3)^3 = 0.037 >
-    0.025, so A's 2.5 percentile is 0.5, the baseline's constant 0.5, and the baseline makes one
-    judge call per response to A's two."""
+    """Two proposals: A grades right on the two feedback tasks, B on the untouched one (2.5 of
+    3 pairs' credit; elsewhere every reward is 0.5, all ties: 1.5 of 3), and B nearly right on
+    one feedback task (its rescore answers 0.9, 0.78, 0.6, averaged with the first call's 0.5:
+    rewards 0.7, 0.64, 0.55, leads of 0.06 and 0.09 within the tolerance, 0.15 beyond it:
+    0.5 + 0.5 + 1 = 2.0 of 3), which puts B ahead of the baseline there, so the
+    shortlist of two by feedback is A (5 / 6) and B (3.5 / 6), not the baseline (3 / 6). On all
+    of D_selection A leads, (2.5 + 2.5 + 1.5) / 9 against (2.0 + 1.5 + 2.5) / 9, so argmax
+    picks A; the holdout rules pick B, the better on the part the proposer never saw (2.5 / 3
+    against 1.5 / 3). The lower bound picks the baseline: a resample draws A's 0.5 task (or
+    B's) three times with probability (1/3)^3 = 0.037 > 0.025, so A's and B's 2.5 percentiles
+    are 0.5, the baseline's constant 0.5, and the baseline makes one judge call per response to
+    the others' two."""
     tasks = dict(Task.objects.filter(split="selection").values_list("pk", "external_id"))
     pks = np.array(sorted(tasks), dtype=np.int64)
     # A seed whose split keeps one of the three tasks untouched.
     seed = next(s for s in range(50) if untouched_tasks(pks, s).sum() == 1)
     held = untouched_tasks(pks, seed)
     b_tasks = {tasks[pk] for pk, kept in zip(pks.tolist(), held.tolist(), strict=True) if kept}
+    b_near = min(set(tasks.values()) - b_tasks)  # a feedback task B grades nearly right
+    near_scores = {"GOOD": 0.9, "OKAY": 0.78, "POOR": 0.6}
     baseline = baseline_program("scalar").to_json()
     a_program = BLOCKS_BY_NAME["add_verify_step"].apply(baseline) | {"name": "a-verifier"}
     b_program = BLOCKS_BY_NAME["add_fresh_rescore"].apply(baseline) | {"name": "b-rescorer"}
@@ -322,7 +372,10 @@ def test_argmax_and_the_holdout_rules_part_ways_when_a_lead_is_on_the_proposers_
         right = (VERIFY_INSTRUCTION[:40] in text and task not in b_tasks) or (
             FRESH_INSTRUCTION[:40] in text and task in b_tasks
         )
-        score = VERIFIED[word] if word is not None and right else 0.5
+        near = FRESH_INSTRUCTION[:40] in text and task == b_near
+        score = (
+            0.5 if word is None else VERIFIED[word] if right else near_scores[word] if near else 0.5
+        )
         return json.dumps({name: score for name in schema.get("properties", {})} or score)
 
     fake_judge.responder = responder
@@ -345,6 +398,15 @@ def test_argmax_and_the_holdout_rules_part_ways_when_a_lead_is_on_the_proposers_
         assert search_run_execute(search_id=search.pk)["status"] == "succeeded"
         search.refresh_from_db()
         winners[rule] = search.winner.metagrader.name
+        if rule == SelectionRule.HOLDOUT:
+            told = dict(
+                Candidate.objects.filter(search=search).values_list(
+                    "metagrader__name", "feedback_score"
+                )
+            )
+            assert told == pytest.approx(
+                {"baseline-scalar": 3 / 6, "a-verifier": 5 / 6, "b-rescorer": 3.5 / 6}
+            )
     assert winners == {
         SelectionRule.ARGMAX: "a-verifier",
         SelectionRule.LOWER_BOUND: "baseline-scalar",
