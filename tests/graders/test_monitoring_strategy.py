@@ -230,6 +230,27 @@ def test_the_chance_and_pool_are_recorded_and_epsilon_one_is_uniform(project: Pr
     assert strategy(project, epsilon=0.3, seed=5).rank(pairs) == ranks  # seeded
     uniform = strategy(project, epsilon=1.0).rank(pairs)
     assert [rank.probability for rank in uniform[:3]] == pytest.approx([1 / 3] * 3)
+    # Every pool pair labeled: nothing left to draw; all follow in a seeded order, no chance.
+    eve = Annotator.objects.create(project=project, name="eve")
+    for pair in pairs[:3]:
+        Preference.objects.create(task_id=pair.task_id, response_a_id=pair.response_a,
+                                  response_b_id=pair.response_b, choice="tie",
+                                  provider=Provider.HUMAN, annotator=eve)  # fmt: skip
+    done = strategy(project, epsilon=0.3).rank(pairs)
+    assert [(rank.probability, rank.pool) for rank in done] == [(None, None)] * 4
+    assert len({rank.priority for rank in done}) == 4
+
+
+@pytest.mark.django_db
+def test_the_captures_are_read_in_three_queries_whatever_their_number(
+    project: Project, django_assert_num_queries: Any
+) -> None:
+    for step in range(6):
+        capture(project, f"T{step % 2}", [0.1 * step, 0.5, None], "run", step, minute=step)
+    with django_assert_num_queries(3):
+        captures = captures_for_project(project)
+    assert captures is not None and len(captures.group_of) == 18
+    assert sorted(captures.group_age.values()) == [0, 1, 2, 3, 4, 5]
 
 
 @pytest.mark.django_db
