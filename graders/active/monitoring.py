@@ -5,10 +5,13 @@ labels can be reweighted.
 
 The pool is the queued pairs whose two responses were captured in the same CapturedGroup (one
 task, graded together, so their rewards are one call's comparison) and have no current overall
-human label. queue_build pairs every response of a task, so a task captured several times, or
-a stored task that also holds imported responses, is queued with pairs across groups too: those
-compare responses the grader never scored side by side, and they stay out of the pool, with
-every other pair outside it, after every drawn pair in a seeded random order and with no chance.
+human label. Pairs across groups compare responses the grader never scored side by side, so
+the strategy asks queue_build (PairsWithinGroups) to pair captured responses within their group
+only: left to pair a task's responses freely it queued, of a task captured 16 times in groups
+of 4, 63 pairs of which about 3 were of one group, and which groups those were was luck, not
+recency. Pairs still queued across groups (served before a rebuild, or queued by a build
+with another strategy and only re-ranked since) and pairs of imported responses stay out of
+the pool: after every drawn pair, in a seeded random order, with no chance.
 
 A pool pair's value is
 
@@ -30,7 +33,7 @@ earlier capture is not stored again, so its reward is missing from the mean.
 """
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -124,6 +127,10 @@ class WatchShippedGrader:
 
     def __init__(self, captures: Captures, *, epsilon: float, seed: int = 0) -> None:
         self.captures, self.epsilon, self.seed = captures, epsilon, seed
+
+    def response_groups(self) -> Mapping[int, int]:
+        """Captured responses pair within their group only (PairsWithinGroups)."""
+        return self.captures.group_of
 
     def in_pool(self, pair: CandidatePair) -> bool:
         group = self.captures.group_of.get(pair.response_a)

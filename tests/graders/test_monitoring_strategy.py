@@ -6,6 +6,7 @@ API to the fake judge."""
 
 import json
 from datetime import timedelta
+from itertools import combinations
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +141,30 @@ def test_the_pool_is_exactly_the_unlabeled_same_group_captured_pairs(
     )
     assert all(priority < lowest_drawn for priority in rest.values_list("priority", flat=True))
     assert set(QueuePair.objects.values_list("strategy", flat=True)) == {"monitoring"}
+
+
+@pytest.mark.django_db
+def test_queue_build_pairs_captured_responses_within_their_groups(project: Project) -> None:
+    groups = [capture(project, "P", [0.1 * n for n in range(4)], "run", step, minute=step)
+              for step in range(16)]  # fmt: skip
+    same_group = {tuple(sorted(pair)) for g in groups for pair in combinations(members(g), 2)}
+    assert len(same_group) == 16 * 6
+
+    def queued() -> set[tuple[int, int]]:
+        return set(QueuePair.objects.values_list("response_a_id", "response_b_id"))
+
+    # Coverage first pairs the 64 responses freely: 2016 pairs are more than 10, so a random
+    # chain through all 64 (63 pairs), few of them within one group.
+    queue_build(project=project, strategy=CoverageFirst(), dimensions=[None])
+    assert len(queued()) == 63 and len(queued() & same_group) < 10
+    # Watching the grader, every group's 6 pairs and nothing across groups; the unserved
+    # cross-group pairs are dropped, and every queued pair is in the pool.
+    queue_build(project=project, strategy=strategy(project, epsilon=0.1), dimensions=[None])
+    assert queued() == same_group
+    assert set(QueuePair.objects.values_list("pool", flat=True)) == {96}
+    # Back to Coverage first: pairs across groups again.
+    queue_build(project=project, strategy=CoverageFirst(), dimensions=[None])
+    assert len(queued() - same_group) > 50
 
 
 # The value ------------------------------------------------------------------------------------
@@ -328,10 +353,10 @@ def test_the_label_api_serves_a_captured_pair_first_with_nothing_of_its_origin(
     project.refresh_from_db()
     choice = strategy_for(project)
     assert choice.fallback == ""
-    # Seven responses of t0: 21 pairs, more than the 10 per task queue_build takes, so it takes
-    # a spanning chain and tops it up; the two same-group pairs may or may not be among them.
-    # Built with the pairs limit raised, every pair is queued and the two are the pool.
-    queue_build(project=project, strategy=choice.strategy, dimensions=[None], pairs_per_task=21)
+    # t0's seven responses pair within their groups: the three imported ones 3 pairs, each
+    # captured group of two 1, and the two captured pairs are the pool.
+    queue_build(project=project, strategy=choice.strategy, dimensions=[None])
+    assert QueuePair.objects.filter(project=project).count() == 5
     assert QueuePair.objects.filter(project=project, pool=2).count() == 2
 
     expert = Client()
