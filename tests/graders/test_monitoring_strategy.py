@@ -36,18 +36,24 @@ from tests.labeling.helpers import write_jsonl
 START = timezone.now() - timedelta(days=1)
 
 
-def capture(project: Project, prompt: str, rewards: list[float | None], run: str, step: int | None,
-            minute: int) -> CapturedGroup:  # fmt: skip
+def capture(
+    project: Project,
+    prompt: str,
+    rewards: list[float | None],
+    run: str,
+    step: int | None,
+    minute: int,
+) -> CapturedGroup:
     """One captured group of an inline task (`prompt`), responses "<prompt> <run>/<step> #n",
     stored `minute` minutes after START."""
     responses = tuple(
         ResponseInput(str(n), f"{prompt} {run}/{step} #{n}") for n in range(len(rewards))
     )
-    group = CaptureGroup(CaptureTask(stored_id=None, prompt=prompt), responses, tuple(rewards),
-                         run, step)  # fmt: skip
-    capture_store(groups=[group], origin=CaptureOrigin(project, CaptureSource.BULK))
-    stored = CapturedGroup.objects.order_by("-pk").first()
-    assert stored is not None
+    task = CaptureTask(stored_id=None, prompt=prompt)
+    group = CaptureGroup(task, responses, tuple(rewards), run, step)
+    report = capture_store(groups=[group], origin=CaptureOrigin(project, CaptureSource.BULK))
+    assert report.captured_groups == 1
+    stored = CapturedGroup.objects.latest("pk")
     CapturedGroup.objects.filter(pk=stored.pk).update(created_at=START + timedelta(minutes=minute))
     return stored
 
