@@ -7,7 +7,9 @@ class GradersConfig(AppConfig):
 
     def ready(self) -> None:
         # Registered from here because labeling, which owns the queue, never imports graders.
+        from graders.active.monitoring import MONITORING
         from graders.active.strategy import WHICH_WINS
         from labeling.strategies import strategy_register
 
         strategy_register(WHICH_WINS)
+        strategy_register(MONITORING)

@@ -14,6 +14,7 @@ chance without reading the pair, and the label keeps it for the reweighted estim
 
 import itertools
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -36,7 +37,13 @@ from labeling.models import (
     SynthesisDraw,
     Task,
 )
-from labeling.strategies import CandidatePair, QueueStrategy, strategy_for, strategy_specs
+from labeling.strategies import (
+    CandidatePair,
+    PairsWithinGroups,
+    QueueStrategy,
+    strategy_for,
+    strategy_specs,
+)
 
 LEASE = timedelta(minutes=10)
 CLAIM_ATTEMPTS = 5
@@ -81,6 +88,19 @@ def _task_pairs(response_ids: list[int], limit: int, rng: random.Random) -> list
     return sorted(chosen)  # type: ignore[arg-type]
 
 
+def _group_pairs(
+    response_ids: list[int], groups: Mapping[int, int], limit: int, rng: random.Random
+) -> list[tuple[int, int]]:
+    """_task_pairs of each group of a task's responses (those `groups` does not name are one
+    group), or of the whole task when the strategy names no groups."""
+    if not groups:
+        return _task_pairs(response_ids, limit, rng)
+    members: dict[int | None, list[int]] = {}
+    for response in response_ids:
+        members.setdefault(groups.get(response), []).append(response)
+    return sorted(pair for part in members.values() for pair in _task_pairs(part, limit, rng))
+
+
 @transaction.atomic
 def queue_build(
     *,
@@ -97,7 +117,11 @@ def queue_build(
 
     A synthesis draw's responses (its low and high rollouts) are left out: paired with other
     responses of their task they would compare rollouts of other cells and dimensions. Their
-    own pairs reach the queue pinned, by the synthesis validation (queue_pairs_pin)."""
+    own pairs reach the queue pinned, by the synthesis validation (queue_pairs_pin).
+
+    A strategy that pairs within groups (PairsWithinGroups) gets each group's pairs, up to
+    `pairs_per_task` per group, and no pairs across groups: a rebuild with it drops those
+    (unless served), one with another strategy queues them again."""
     in_draw = Exists(
         SynthesisDraw.objects.filter(
             Q(low_response=OuterRef("pk")) | Q(high_response=OuterRef("pk"))
@@ -117,13 +141,14 @@ def queue_build(
             "pk", "split", "domain"
         )
     }
+    groups = strategy.response_groups() if isinstance(strategy, PairsWithinGroups) else {}
     candidates = [
         CandidatePair(task_id, *tasks[task_id], a, b)
         for task_id in sorted(responses)
         if len(responses[task_id]) > 1
         # One generator per task: a change in one task leaves every other task's pairs alone.
-        for a, b in _task_pairs(
-            responses[task_id], pairs_per_task, random.Random(f"{seed}:{task_id}")
+        for a, b in _group_pairs(
+            responses[task_id], groups, pairs_per_task, random.Random(f"{seed}:{task_id}")
         )
     ]
     ranks = strategy.rank(candidates)

@@ -8,9 +8,9 @@ never imports them).
 """
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from labeling.models import Project, Split
 
@@ -41,6 +41,16 @@ class QueueStrategy(Protocol):
 
     def rank(self, pairs: Sequence[CandidatePair]) -> list[Ranked]:
         """One rank per pair, in the same order."""
+        ...
+
+
+@runtime_checkable
+class PairsWithinGroups(Protocol):
+    """A strategy that wants a task's responses paired only within groups (say rollouts
+    graded together): queue_build then pairs each group of a task on its own."""
+
+    def response_groups(self) -> Mapping[int, int]:
+        """Response id -> group id; responses not named form one group per task."""
         ...
 
 

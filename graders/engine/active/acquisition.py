@@ -152,3 +152,18 @@ def _same_shape_1d(**arrays: FloatArray) -> list[FloatArray]:
     if len(set(shapes.values())) != 1 or values[0].ndim != 1:
         raise ValueError(f"expected 1-D arrays of one length, got shapes {shapes}")
     return values
+
+
+def recency_value(age: IntArray, *, scale: float) -> FloatArray:
+    """1 / (1 + age / scale), with age 0 for the most recent rollouts and 1, 2, ... for each
+    earlier step: 1/2 at `scale` steps back, 1/(1 + k) at k * scale. Hyperbolic rather than
+    exponential so that no age underflows to 0: an old pair loses ground but can still be
+    drawn."""
+    ages = np.asarray(age)
+    if ages.ndim != 1:
+        raise ValueError(f"age must be 1-D, got shape {ages.shape}")
+    if ages.size and (ages < 0).any():
+        raise ValueError("age must be >= 0")
+    if not (np.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be a positive number, got {scale}")
+    return 1.0 / (1.0 + ages.astype(np.float64) / scale)
