@@ -2,15 +2,18 @@
 grader in use, run end to end against the scripted fake judge (tests/graders/conftest.py: only
 programs that verify against the documents get the quality right)."""
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.test import Client
+from django.template.loader import render_to_string
+from django.test import Client, RequestFactory
 from django.urls import reverse
 
 from graders.engine.baseline import baseline_program
+from graders.engine.proposer import BLOCKS_BY_NAME
 from graders.models import Candidate, JudgeEndpoint, Metagrader, SearchRun
 from graders.research import (
     NO_SEARCH_NOTE,
@@ -24,6 +27,8 @@ from graders.search_proposals import WARM_START_LINEAGE
 from graders.services import metagrader_register
 from labeling.imports import jsonl_import
 from labeling.models import Job, JobStatus, Project
+from tests.fakes.openai_server import FakeJudgeServer
+from tests.graders.conftest import verifying_responder
 from tests.graders.test_search import tolerant_accuracy, verifies_with_documents
 from tests.labeling.helpers import write_jsonl
 
@@ -211,3 +216,72 @@ def test_only_managers_start_a_re_search_from_the_button(
         "search", args=[search_project.slug, search.pk]
     )
     assert "Re-search started on the current labels" in response.content.decode()
+
+
+def test_a_model_proposer_is_shown_the_old_grader_as_the_one_to_beat(
+    search_project: Project, search_judge: JudgeEndpoint, fake_judge: FakeJudgeServer
+) -> None:
+    baseline = baseline_program("scalar").to_json()
+    verifying = BLOCKS_BY_NAME["add_verify_step"].apply(baseline) | {"name": "verifier"}
+    rescoring = BLOCKS_BY_NAME["add_fresh_rescore"].apply(verifying) | {"name": "rescorer"}
+    plain = BLOCKS_BY_NAME["add_fresh_rescore"].apply(baseline) | {"name": "plain"}
+
+    def responder(body: dict[str, Any]) -> str:
+        if "response_format" in body:  # a grading call
+            return verifying_responder(body)
+        shown_old = "The grader in use" in body["messages"][-1]["content"]
+        return json.dumps({"programs": [rescoring] if shown_old else [verifying, plain]})
+
+    fake_judge.responder = responder
+    proposer = JudgeEndpoint.objects.create(
+        project=search_project, name="strong", base_url=fake_judge.base_url, model="strong-model"
+    )
+    first = run_to_end(
+        search_start(
+            project=search_project,
+            kind="scalar",
+            mode="best_of_n",
+            endpoint=search_judge,
+            proposer=proposer,
+            n=2,
+        )
+    )
+    old = first.winner.metagrader
+    assert old.name == "verifier"
+
+    search = run_to_end(research_start(project=search_project, grader=old))
+
+    assert search.proposer == proposer and search.n == 2
+    calls = [r.body for r in fake_judge.requests if "response_format" not in r.body]
+    assert len(calls) == 2
+    # The re-search's proposer prompt carries the old program as a prior candidate; the first
+    # search's, with no prior candidates in round 0, did not.
+    prompt = calls[1]["messages"][-1]["content"]
+    assert "The grader in use" in prompt and '"verifier"' in prompt
+    assert "The grader in use" not in calls[0]["messages"][-1]["content"]
+    round_0 = list(
+        Candidate.objects.filter(search=search, iteration=0).select_related("metagrader")
+    )
+    # n = 2: the baseline, the old grader and n - 1 = 1 proposal, the one written after
+    # seeing it.
+    assert [c.metagrader.name for c in round_0] == [
+        round_0[0].metagrader.name,
+        "verifier",
+        "rescorer",
+    ]
+    assert round_0[1].metagrader == old
+
+
+def test_the_drift_button_posts_to_the_view_with_csrf_for_managers_only(
+    search_project: Project, admin_user: User, rf: RequestFactory
+) -> None:
+    old = weak_grader(search_project)
+    request = rf.get("/")
+    request.user = admin_user
+    context = {"project": search_project, "grader": old}
+    html = render_to_string(
+        "graders/_drift_research.html", context | {"can_manage": True}, request=request
+    )
+    action = reverse("grader-research", args=[search_project.slug, old.pk])
+    assert f'method="post" action="{action}"' in html and "csrfmiddlewaretoken" in html
+    assert render_to_string("graders/_drift_research.html", context, request=request).strip() == ""
