@@ -90,6 +90,10 @@ class Project(models.Model):
             models.CheckConstraint(
                 condition=Q(capture_rate__gte=0, capture_rate__lte=1), name="project_capture_rate"
             ),
+            models.CheckConstraint(
+                condition=Q(research_max_cost__isnull=True) | Q(research_max_cost__gte=0),
+                name="project_research_max_cost",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import IntegrityError
 from django.template.loader import render_to_string
 from django.test import Client, RequestFactory
 from django.urls import reverse
@@ -107,6 +108,14 @@ def test_a_re_search_copies_the_won_search_and_puts_the_old_program_in_round_0(
     assert all(c.lineage.startswith(f"{old.name} + ") for c in bred)
     earlier = set(Candidate.objects.filter(search=first).values_list("metagrader", flat=True))
     assert all(c.metagrader.parent == old for c in bred if c.metagrader_id not in earlier)
+    # No proposal beats it, so the old grader wins again, on the new labels: 2.5 of 3 pairs on
+    # each first three tasks (OKAY and POOR within tolerance) and 1 of 1 on the new task's,
+    # (3 * 2.5 + 1) / 10 = 0.85, where the first search measured 2.5 / 3.
+    assert search.winner.metagrader == old
+    comparison = research_comparison(search)
+    assert comparison is not None and comparison.same and not comparison.better
+    assert comparison.old.value == pytest.approx(0.85) == comparison.new.value
+    assert first.winner.score == pytest.approx(2.5 / 3)
 
 
 def test_the_winner_is_compared_with_the_old_grader_and_the_page_shows_it(
@@ -285,3 +294,22 @@ def test_the_drift_button_posts_to_the_view_with_csrf_for_managers_only(
     action = reverse("grader-research", args=[search_project.slug, old.pk])
     assert f'method="post" action="{action}"' in html and "csrfmiddlewaretoken" in html
     assert render_to_string("graders/_drift_research.html", context, request=request).strip() == ""
+
+
+def test_a_re_search_that_cannot_start_says_why(search_project: Project, admin_user: User) -> None:
+    old = weak_grader(search_project)
+    client = Client()
+    client.force_login(admin_user)
+    action = reverse("grader-research", args=[search_project.slug, old.pk])
+    response = client.post(action, follow=True)
+    assert response.redirect_chain[-1][0] == reverse("program", args=[search_project.slug, old.pk])
+    assert "the project has no judge endpoint" in response.content.decode()
+    with pytest.raises(ResearchInvalid, match="must belong to this project"):
+        research_start(project=Project.objects.create(slug="other", name="Other"), grader=old)
+    assert not SearchRun.objects.exists()
+
+
+def test_a_negative_policy_budget_is_refused_by_the_database(search_project: Project) -> None:
+    search_project.research_max_cost = -1.0
+    with pytest.raises(IntegrityError, match="project_research_max_cost"):
+        search_project.save()
