@@ -267,6 +267,13 @@ class SearchRun(models.Model):
     winner = models.ForeignKey(
         "Candidate", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # A re-search (graders/research.py): the grader in use when it started, which competes in
+    # round 0 on the new labels and parents that round's proposals; and, when that grader had
+    # no search behind it, why the settings are the defaults.
+    warm_start = models.ForeignKey(
+        Metagrader, null=True, blank=True, on_delete=models.PROTECT, related_name="re_searches"
+    )
+    warm_start_note = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

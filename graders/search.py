@@ -32,6 +32,7 @@ from graders.models import (
     GradingRun,
     ItemStatus,
     JudgeEndpoint,
+    Metagrader,
     SearchMode,
     SearchRun,
     SelectionRuleChoice,
@@ -120,6 +121,8 @@ def search_start(
     max_calls: int | None = None,
     max_cost: float | None = None,
     user: Any = None,
+    warm_start: Metagrader | None = None,
+    warm_start_note: str = "",
 ) -> SearchRun:
     """Check a search's settings and enqueue it when this commits. Raises SearchInvalid
     with a message a person can act on.
@@ -127,13 +130,18 @@ def search_start(
     `selection_rule` None is the default rule, or argmax while D_selection has too few labeled
     tasks to hold any back: a project with one labeled task must still be able to search, or
     active learning has no candidates to ask experts about. The search stores the rule it uses
-    and, when it fell back, why. A split rule chosen explicitly is refused instead."""
+    and, when it fell back, why. A split rule chosen explicitly is refused instead.
+
+    `warm_start` makes it a re-search (graders/research.py): that grader competes in round 0
+    and parents the round's proposals, which are then n - 1 beside it."""
     if kind not in KINDS:
         raise SearchInvalid(f"unknown kind {kind!r}; use one of {', '.join(KINDS)}")
     if mode not in SearchMode.values:
         raise SearchInvalid(f"unknown mode {mode!r}; use one of {', '.join(SearchMode.values)}")
     if any(e is not None and e.project_id != project.pk for e in (endpoint, proposer)):
         raise SearchInvalid("the judge and the proposer must belong to this project")
+    if warm_start is not None and (warm_start.project_id != project.pk or warm_start.kind != kind):
+        raise SearchInvalid(f"a warm start must be a {kind} grader of this project")
     if mode == SearchMode.BEST_OF_N:
         iterations = 0
     elif iterations < 1:
@@ -180,6 +188,8 @@ def search_start(
         max_calls=max_calls,
         max_cost=max_cost,
         snapshot=label_snapshot_take(project=project),
+        warm_start=warm_start,
+        warm_start_note=warm_start_note,
     )
     from graders.tasks import search_run_task
 

@@ -4,7 +4,7 @@ are stored in one transaction, so a worker that dies while proposing proposes th
 (from the cache, for a deterministic proposer) and never half of it."""
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from django.db import transaction
@@ -14,7 +14,7 @@ from graders.engine.baseline import baseline_program
 from graders.engine.judge import Budget, BudgetExhausted, JudgeClient, Usage
 from graders.engine.programs import Kind, program_validate
 from graders.engine.proposer import program_fingerprint, propose
-from graders.engine.proposer_llm import LlmProposal, llm_propose, material_render
+from graders.engine.proposer_llm import LlmProposal, PriorCandidate, llm_propose, material_render
 from graders.judge_cache import DatabaseJudgeCache
 from graders.models import Candidate, CandidateStatus, Metagrader, Origin, SearchRun
 from graders.search_material import meta_material, prior_candidates
@@ -26,6 +26,7 @@ PARENTS_PER_ROUND = 3
 # How much of the proposer's context the D_meta material may fill (about 4 characters a token).
 MATERIAL_CHARS = 40_000
 PROPOSER_PROMPT_CHARS = 90_000
+WARM_START_LINEAGE = "the current grader (warm start)"
 
 
 @dataclass(frozen=True)
@@ -61,12 +62,28 @@ def round_propose(
         baseline = baseline_program(kind).to_json()
         slots.append(Slot(program=baseline, lineage="the baseline"))
         seen.add(program_fingerprint(baseline))
-    if search.proposer is None:
-        slots += _structured_slots(search, kind, iteration, prior, count, seen)
-    else:
-        slots += _llm_slots(search, kind, count, seen, budget, usage_add)
+        if search.warm_start is not None:
+            slots, count = _warm_slots(search.warm_start, slots, seen), count - 1
+    warm = search.warm_start if iteration == 0 else None
+    if count > 0 and search.proposer is None:
+        slots += _structured_slots(search, kind, iteration, prior, count, seen, warm)
+    elif count > 0:
+        slots += _llm_slots(search, kind, count, seen, budget, usage_add, warm)
     _slots_store(search, iteration, slots)
     return _round_candidates(search, iteration)
+
+
+def _warm_slots(warm: Metagrader, slots: list[Slot], seen: set[str]) -> list[Slot]:
+    """Round 0's baseline slot and the current grader's beside it, so the old grader is graded
+    on the new labels like any candidate (its metagrader is the old one: same content hash).
+    When it grades exactly as the baseline does, it takes the baseline's slot instead, since a
+    search grades each program once."""
+    fingerprint = program_fingerprint(warm.program)
+    if fingerprint in seen:
+        lineage = f"{WARM_START_LINEAGE}, which grades as the baseline does"
+        return [replace(slots[0], program=warm.program, lineage=lineage)]
+    seen.add(fingerprint)
+    return [*slots, Slot(program=warm.program, lineage=WARM_START_LINEAGE)]
 
 
 def _round_candidates(search: SearchRun, iteration: int) -> list[Candidate]:
@@ -84,14 +101,20 @@ def _structured_slots(
     prior: list[Candidate],
     count: int,
     seen: set[str],
+    warm: Metagrader | None,
 ) -> list[Slot]:
     # Ranked by what the selection rule told the proposer (stored by the search after each
     # round), so under a rule with a split the untouched part never steers the breeding.
-    parents = [
-        c.metagrader.program
-        for c in candidates_ranked(prior, by="feedback_score")[:PARENTS_PER_ROUND]
-        if c.metagrader is not None
-    ]
+    # A re-search's round 0 breeds from the current grader.
+    parents = (
+        [warm.program]
+        if warm is not None
+        else [
+            c.metagrader.program
+            for c in candidates_ranked(prior, by="feedback_score")[:PARENTS_PER_ROUND]
+            if c.metagrader is not None
+        ]
+    )
     # One seeded draw per round, so a round proposed again is the same round.
     proposals = propose(
         parents, kind=kind, n=count, seed=search.seed * 1_000_003 + iteration, history=seen
@@ -113,11 +136,22 @@ def _llm_slots(
     seen: set[str],
     budget: Budget,
     usage_add: Callable[[Usage], None],
+    warm: Metagrader | None,
 ) -> list[Slot]:
     assert search.proposer is not None
     settings = endpoint_settings(search.proposer)
     material = material_render(meta_material(search.project), MATERIAL_CHARS)
     prior = prior_candidates(search)
+    if warm is not None:  # round 0 of a re-search: shown the current grader as the one to beat
+        prior.append(
+            PriorCandidate(
+                name=warm.name,
+                program=warm.program,
+                results="The grader in use, chosen on an earlier label snapshot; it is being "
+                "graded on the current labels beside your proposals. Improve on it.",
+                traces=(),
+            )
+        )
     cache = DatabaseJudgeCache(search.proposer)
 
     spent: list[Usage] = []  # read back on this thread: the ORM may not run in the loop

@@ -21,6 +21,7 @@ from graders.candidates import candidates_ranked
 from graders.charts import curve_svg, curve_warning
 from graders.forms import ResumeBudgetForm, SearchForm
 from graders.models import Candidate, GradingRun, JudgeEndpoint, Metagrader, SearchRun
+from graders.research import research_comparison
 from graders.search import (
     SearchInvalid,
     candidate_eval_start,
@@ -208,7 +209,7 @@ def _promote(
 
 def _search_get(access: ProjectAccess, search_id: int) -> SearchRun:
     search = (
-        SearchRun.objects.select_related("job", "endpoint", "proposer")
+        SearchRun.objects.select_related("job", "endpoint", "proposer", "warm_start")
         .filter(project=access.project, pk=search_id)
         .first()
     )
@@ -285,6 +286,7 @@ def _results_context(access: ProjectAccess, search: SearchRun) -> dict[str, Any]
         "curve_untouched": any(p.get("untouched") is not None for p in search.curve),
         "curve_warning": curve_warning(search.curve),
         "which_wins": which_wins_panel(search=search),
+        "research": research_comparison(search),
     }
 
 

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from graders import alias_views, bundle_views, judge_views, search_views, views
+from graders import alias_views, bundle_views, judge_views, research_views, search_views, views
 
 JUDGE = "p/<slug:slug>/judges/<int:endpoint_id>/"
 SEARCH = "p/<slug:slug>/searches/<int:search_id>/"
@@ -33,6 +33,11 @@ urlpatterns = [
         "p/<slug:slug>/graders/<int:grader_id>/alias/rollback/",
         alias_views.alias_rollback_view,
         name="alias-rollback",
+    ),
+    path(
+        "p/<slug:slug>/graders/<int:grader_id>/research/",
+        research_views.grader_research,
+        name="grader-research",
     ),
     path("p/<slug:slug>/runs/<int:run_id>/", views.run_page, name="grading-run"),
     path("p/<slug:slug>/runs/<int:run_id>/resume/", views.run_resume, name="grading-run-resume"),

@@ -45,6 +45,21 @@ class Project(models.Model):
         validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
         help_text="Share of graded groups the reward API captures (0 to 1).",
     )
+    # Whether a drift alert starts a re-search of the grader in use by itself
+    # (graders/research.py), and the budget each such search gets: required, since nobody
+    # watches what an automatic search spends.
+    research_auto = models.BooleanField(
+        default=False, help_text="Start a re-search automatically when drift is detected."
+    )
+    research_max_calls = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Judge and proposer calls an automatic re-search may make."
+    )
+    research_max_cost = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0.0)],
+        help_text="What an automatic re-search may spend, in the judges' price unit.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     # The labeling queue's strategy (a name registered in labeling.strategies), the share of
     # pairs it draws uniformly at random, and how many new labels trigger a background rewrite
@@ -74,6 +89,10 @@ class Project(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(capture_rate__gte=0, capture_rate__lte=1), name="project_capture_rate"
+            ),
+            models.CheckConstraint(
+                condition=Q(research_max_cost__isnull=True) | Q(research_max_cost__gte=0),
+                name="project_research_max_cost",
             ),
         ]
 
