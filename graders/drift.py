@@ -24,6 +24,7 @@ from typing import Any
 
 from django.core.cache import cache
 from django.db.models import Max
+from django.urls import reverse
 
 from graders.engine.drift import (
     Accuracy,
@@ -156,17 +157,27 @@ def drift_report(
     return report
 
 
-def drift_alerts(access: ProjectAccess) -> list[dict[str, str]]:
-    """The project home's drift alerts, one per promoted grader whose report raises the alert
-    or the reward-hacking signal; none for people who may not see graders (experts)."""
+def drift_alerts(access: ProjectAccess) -> list[dict[str, Any]]:
+    """The project home's drift alerts, one per warning of a promoted grader (the alert or the
+    reward-hacking signal); none for people who may not see graders (experts)."""
     if not access.can(Perm.SEE_SOURCES):
         return []
-    alerts = []
-    for grader in promoted_graders(project=access.project):
-        report = drift_report(grader=grader)
-        for text in report_warnings(report):
-            alerts.append({"grader_id": str(grader.pk), "grader": grader.name, "text": text})
-    return alerts
+    return [
+        {
+            "grader_id": grader.pk,
+            "text": f"Drift of grader #{grader.pk} {grader.name}: {text}",
+            "url": reverse("drift", args=[access.project.slug, grader.pk]),
+        }
+        for grader in promoted_graders(project=access.project)
+        for text in report_warnings(drift_report(grader=grader))
+    ]
+
+
+def grader_drift_warnings(*, grader: Metagrader) -> list[str]:
+    """The grader page's drift warnings: those of its default report if it is promoted."""
+    if grader not in promoted_graders(project=grader.project):
+        return []
+    return report_warnings(drift_report(grader=grader))
 
 
 def report_warnings(report: dict[str, Any]) -> list[str]:
