@@ -121,3 +121,15 @@ def test_chart_breaks_lines_at_missing_values() -> None:
     assert svg.count('<polyline class="line eval"') == 1
     assert "Accuracy at selection 0.900" in svg
     assert "Accuracy at selection" not in str(drift_svg(buckets, selection=None))
+
+
+def test_bad_page_parameters_are_named_and_defaults_used(
+    project: Project, admin_user: User
+) -> None:
+    grader = promoted(project)
+    labeled_run(grader, 25, agrees=5)
+    page = client_of(admin_user).get(drift_url(grader), {"step_bucket": "0"})
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "greater than or equal to 1" in text
+    assert text.count('<circle class="point accuracy"') == 3  # default buckets of 10
