@@ -103,7 +103,8 @@ def grader_selection(*, grader: Metagrader) -> Selection:
 def promoted_graders(*, project: Project) -> list[Metagrader]:
     """Graders in use: those an alias points at and each kind's current selection."""
     ids = set(GraderAlias.objects.filter(project=project).values_list("metagrader_id", flat=True))
-    for kind in GraderSelection.objects.filter(project=project).values_list("kind", flat=True):
+    kinds = GraderSelection.objects.filter(project=project).order_by().values_list("kind")
+    for (kind,) in kinds.distinct():
         current = (
             GraderSelection.objects.filter(project=project, kind=kind)
             .order_by("-version")

@@ -19,6 +19,7 @@ from graders.models import (
     CapturedGroup,
     CapturedResponse,
     GraderAlias,
+    GraderSelection,
     GradingRun,
     JudgeEndpoint,
     Metagrader,
@@ -226,14 +227,21 @@ def test_grader_without_a_search_compares_with_nothing(project: Project) -> None
     assert not report["alert"]
 
 
-def test_promoted_graders_are_alias_targets(project: Project) -> None:
+def test_promoted_graders_are_alias_targets_and_current_selections(project: Project) -> None:
     grader = promoted(project)
-    metagrader_register(
-        project=project,
-        program=baseline_program("scalar").to_json() | {"description": "other"},
-        origin="human",
+    older, selected, _nothing_points_at_it = (
+        metagrader_register(
+            project=project,
+            program=baseline_program("scalar").to_json() | {"description": name},
+            origin="human",
+        )
+        for name in ("older", "selected", "unused")
     )
     assert promoted_graders(project=project) == [grader]
+    GraderSelection.objects.create(project=project, kind="scalar", version=1, metagrader=older)
+    GraderSelection.objects.create(project=project, kind="scalar", version=2, metagrader=selected)
+    # The alias target and version 2; not version 1, not a grader nothing points at.
+    assert promoted_graders(project=project) == [grader, selected]
 
 
 def test_bad_parameters_are_refused(project: Project) -> None:
