@@ -282,3 +282,34 @@ def test_command_text_and_errors(project: Project) -> None:
         call_command("drift", "--project", "acme", "--grader", "999999")
     with pytest.raises(CommandError, match="--step-bucket"):
         call_command("drift", "--project", "acme", "--grader", str(grader.pk), "--step-bucket", "0")
+
+
+def test_a_cached_report_costs_only_its_key_queries(
+    project: Project, django_assert_num_queries: Any
+) -> None:
+    grader = promoted(project)
+    labeled_run(grader, 25, agrees=5)
+    first = drift_report(grader=grader)
+    # The four newest-id aggregates of the key, then the cache: no gathering, no bootstrap.
+    with django_assert_num_queries(4):
+        assert drift_report(grader=grader) == first
+
+
+def test_the_promoting_search_beats_a_later_win(project: Project) -> None:
+    grader = promoted(project)
+    promoting = SearchRun.objects.get()
+    later = SearchRun.objects.create(
+        project=project, job=Job.objects.create(project=project, kind="search"), kind="scalar",
+        mode="best_of_n", endpoint=promoting.endpoint, n=1,
+        snapshot=LabelSnapshot.objects.create(project=project, content_hash="later"),
+    )  # fmt: skip
+    won = Candidate.objects.create(search=later, metagrader=grader, iteration=0, position=0)
+    SearchRun.objects.filter(pk=later.pk).update(winner=won)
+    without_run = drift_report(grader=grader)["selection"]
+    assert (without_run["search"], without_run["accuracy"]) == (later.pk, None)
+    GraderSelection.objects.create(
+        project=project, kind="scalar", version=1, metagrader=grader, search=promoting
+    )
+    report = drift_report(grader=grader)
+    assert report["selection"]["search"] == promoting.pk
+    assert report["selection"]["accuracy"]["value"] == SELECTED_AT
