@@ -520,7 +520,7 @@ def p_best_bars_svg(bars: Sequence[tuple[str, float]], *, threshold: float) -> S
 
 # (bucket key, legend text, class): the drift chart's lines reuse the curve's line classes.
 DRIFT_LINES = (
-    ("accuracy", "Fresh accuracy (95% interval)", "accuracy"),
+    ("accuracy", "Fresh accuracy", "accuracy"),
     ("mean_reward", "Mean captured reward", "eval"),
 )
 DRIFT_SELECTION = ("untouched", "Accuracy at selection", 0.0)
@@ -530,13 +530,16 @@ def drift_svg(buckets: Sequence[Point], *, selection: float | None) -> SafeStrin
     """A promoted grader's drift against training step (graders/drift.py report buckets): fresh
     tolerant accuracy with its 95% interval, the mean reward of every captured rollout in the
     bucket (clamped onto 0..1 like every value here), and the accuracy at selection as a flat
-    line; buckets without a value leave a gap in that line."""
+    line; buckets without a value leave a gap in that line. x is proportional to the bucket's
+    first step, so buckets without labels or rewards show as distance."""
     plot_w = WIDTH - LEFT - RIGHT - 2 * INSET
-    count = max(len(buckets), 1)
+    steps = [b["first_step"] for b in buckets] or [0]
+    low, high = min(steps), max(steps)
     y_of = _unit_y
 
-    def x_of(index: float) -> float:
-        return LEFT + INSET + (plot_w / 2 if count == 1 else plot_w * index / (count - 1))
+    def x_of(step: float) -> float:
+        offset = plot_w / 2 if high == low else plot_w * (step - low) / (high - low)
+        return LEFT + INSET + offset
 
     parts = [
         format_html(
@@ -550,7 +553,7 @@ def drift_svg(buckets: Sequence[Point], *, selection: float | None) -> SafeStrin
             HEIGHT,
         ),
         _axes(
-            [(x_of(i), f"{b['first_step']}") for i, b in enumerate(buckets)],
+            [(x_of(b["first_step"]), str(b["first_step"])) for b in buckets],
             y_of,
             x_label="Training step (bucket start)",
             y_label="Accuracy / mean reward",
@@ -570,14 +573,14 @@ def drift_svg(buckets: Sequence[Point], *, selection: float | None) -> SafeStrin
         )
     for key, label, css in DRIFT_LINES:
         segment: list[str] = []
-        for index, bucket in enumerate(buckets):
+        for bucket in buckets:
             found = bucket.get(key)
             value = found.get("value") if isinstance(found, Mapping) else found
             if value is None:
                 parts.append(_polyline(css, segment))
                 segment = []
                 continue
-            x, y = x_of(index), y_of(value)
+            x, y = x_of(bucket["first_step"]), y_of(value)
             segment.append(f"{_n(x)},{_n(y)}")
             interval = found.get("ci") if isinstance(found, Mapping) else None
             parts.append(_whisker(css, x, interval, y_of))

@@ -133,3 +133,13 @@ def test_bad_page_parameters_are_named_and_defaults_used(
     text = page.content.decode()
     assert "greater than or equal to 1" in text
     assert text.count('<circle class="point accuracy"') == 3  # default buckets of 10
+
+
+def test_chart_places_buckets_by_step() -> None:
+    buckets: list[dict[str, Any]] = [
+        {"first_step": step, "last_step": step + 9, "accuracy": None, "mean_reward": 0.5}
+        for step in (0, 10, 40)
+    ]
+    svg = str(drift_svg(buckets, selection=None))
+    # Plot from x = 64 + 16 to 640 - 24 - 16: 520 wide over steps 0..40, so step 10 at 210.
+    assert [f'cx="{x}"' in svg for x in ("80.0", "210.0", "600.0")] == [True, True, True]
