@@ -143,3 +143,13 @@ def test_chart_places_buckets_by_step() -> None:
     svg = str(drift_svg(buckets, selection=None))
     # Plot from x = 64 + 16 to 640 - 24 - 16: 520 wide over steps 0..40, so step 10 at 210.
     assert [f'cx="{x}"' in svg for x in ("80.0", "210.0", "600.0")] == [True, True, True]
+
+
+def test_a_second_ready_does_not_show_alerts_twice(project: Project, admin_user: User) -> None:
+    from django.apps import apps
+
+    apps.get_app_config("graders").ready()
+    grader = promoted(project)
+    labeled_run(grader, 25, agrees=5)
+    home = reverse("project-overview", args=[project.slug])
+    assert client_of(admin_user).get(home).content.decode().count("Drift of grader") == 1
