@@ -12,9 +12,10 @@ and turns graders/engine/drift.py's figures into a JSON-safe report.
   group graded by this grader (CapturedResponse.reward, a failed grade counting as a miss like
   everywhere in metrics.py); every other fresh pair is "not scored" and listed: scoring it would
   need a grading run.
-- The report is cached, keyed by the grader, the parameters and the newest label and capture
-  ids, so the project home reads it without bootstrapping on every view: any new label or
-  captured rollout changes the key.
+- The report is cached, keyed by the grader, the parameters and the newest label, capture,
+  search and selection ids, so the project home and the grader page read it without
+  bootstrapping on every view: anything new changes the key. They ask for a summary (only the
+  overall figure bootstrapped) unless the full report is already cached.
 """
 
 from collections.abc import Iterable
@@ -121,13 +122,29 @@ def drift_report(
     grader: Metagrader,
     window_days: float = DEFAULT_WINDOW_DAYS,
     step_bucket: int = DEFAULT_STEP_BUCKET,
+    summary: bool = False,
 ) -> dict[str, Any]:
     """The grader's drift report (the shape docs/drift.md documents), from the cache when no
-    label or capture arrived since it was computed."""
+    label, capture, search or selection arrived since it was computed. A summary bootstraps
+    only the overall figure (windows and buckets have no intervals): enough for the alert, a
+    third of the work; a cached full report serves as a summary too."""
     if not window_days > 0:
         raise DriftInvalid(f"--window-days must be positive, got {window_days}")
     if step_bucket < 1:
         raise DriftInvalid(f"--step-bucket must be at least 1, got {step_bucket}")
+    key = _cache_key(grader, window_days, step_bucket)
+    report = cache.get(f"{key}:full")
+    if report is None and summary:
+        report = cache.get(f"{key}:summary")
+    if report is None:
+        report = _report_compute(
+            grader, window_days=window_days, step_bucket=step_bucket, summary=summary
+        )
+        cache.set(f"{key}:{'summary' if summary else 'full'}", report, CACHE_SECONDS)
+    return report
+
+
+def _cache_key(grader: Metagrader, window_days: float, step_bucket: int) -> str:
     project = grader.project
     newest_label = Preference.objects.filter(task__project=project).aggregate(n=Max("pk"))["n"]
     newest_capture = CapturedResponse.objects.filter(group__project=project).aggregate(n=Max("pk"))[
@@ -136,26 +153,11 @@ def drift_report(
     # A new search or promotion can change the selection snapshot and value.
     newest_search = SearchRun.objects.filter(project=project).aggregate(n=Max("pk"))["n"]
     newest_selection = GraderSelection.objects.filter(project=project).aggregate(n=Max("pk"))["n"]
-    key = ":".join(
-        str(part)
-        for part in (
-            "drift",
-            grader.pk,
-            window_days,
-            step_bucket,
-            project.drift_margin,
-            project.drift_min_pairs,
-            newest_label,
-            newest_capture,
-            newest_search,
-            newest_selection,
-        )
-    )
-    report = cache.get(key)
-    if report is None:
-        report = _report_compute(grader, window_days=window_days, step_bucket=step_bucket)
-        cache.set(key, report, CACHE_SECONDS)
-    return report
+    parts = (
+        "drift", grader.pk, window_days, step_bucket, project.drift_margin,
+        project.drift_min_pairs, newest_label, newest_capture, newest_search, newest_selection,
+    )  # fmt: skip
+    return ":".join(str(part) for part in parts)
 
 
 def drift_alerts(access: ProjectAccess) -> list[dict[str, Any]]:
@@ -170,7 +172,7 @@ def drift_alerts(access: ProjectAccess) -> list[dict[str, Any]]:
             "url": reverse("drift", args=[access.project.slug, grader.pk]),
         }
         for grader in promoted_graders(project=access.project)
-        for text in report_warnings(drift_report(grader=grader))
+        for text in report_warnings(drift_report(grader=grader, summary=True))
     ]
 
 
@@ -178,7 +180,7 @@ def grader_drift_warnings(*, grader: Metagrader) -> list[str]:
     """The grader page's drift warnings: those of its default report if it is promoted."""
     if grader not in promoted_graders(project=grader.project):
         return []
-    return report_warnings(drift_report(grader=grader))
+    return report_warnings(drift_report(grader=grader, summary=True))
 
 
 def report_warnings(report: dict[str, Any]) -> list[str]:
@@ -200,7 +202,9 @@ def report_warnings(report: dict[str, Any]) -> list[str]:
     return warnings
 
 
-def _report_compute(grader: Metagrader, *, window_days: float, step_bucket: int) -> dict[str, Any]:
+def _report_compute(
+    grader: Metagrader, *, window_days: float, step_bucket: int, summary: bool
+) -> dict[str, Any]:
     project = grader.project
     selection = grader_selection(grader=grader)
     since = selection.snapshot.created_at if selection.snapshot else None
@@ -246,8 +250,10 @@ def _report_compute(grader: Metagrader, *, window_days: float, step_bucket: int)
         bucket_width=step_bucket,
         margin=project.drift_margin,
         min_pairs=project.drift_min_pairs,
+        breakdown_intervals=not summary,
     )
-    return _report_json(grader, selection, drift, not_scored, window_days, step_bucket, tol)
+    report = _report_json(grader, selection, drift, not_scored, window_days, step_bucket, tol)
+    return report | {"summary": summary}
 
 
 def _fresh_majority(

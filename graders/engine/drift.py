@@ -101,15 +101,19 @@ class Drift:
     hacking: bool
 
 
-def accuracy_of(pairs: Sequence[FreshPair], *, tol: float, draws: int) -> Accuracy:
-    """Tolerant ranking accuracy of these pairs with its task-bootstrap interval."""
+def accuracy_of(
+    pairs: Sequence[FreshPair], *, tol: float, draws: int, interval: bool = True
+) -> Accuracy:
+    """Tolerant ranking accuracy of these pairs with its task-bootstrap interval (none when
+    not asked for, or over one task)."""
     ranking = RankingPairs(
         task=np.array([p.task for p in pairs], dtype=np.int64),
         winner_score=np.array([p.winner_score for p in pairs], dtype=np.float64),
         loser_score=np.array([p.loser_score for p in pairs], dtype=np.float64),
     )
     tasks = len({p.task for p in pairs})
-    ci = tolerant_ranking_accuracy_ci(ranking, tol=tol, draws=draws) if tasks > 1 else None
+    wanted = interval and tasks > 1
+    ci = tolerant_ranking_accuracy_ci(ranking, tol=tol, draws=draws) if wanted else None
     return Accuracy(len(pairs), tasks, tolerant_ranking_accuracy(ranking, tol=tol), ci)
 
 
@@ -136,19 +140,24 @@ def drift_compute(
     margin: float,
     min_pairs: int,
     draws: int = BOOTSTRAP_DRAWS,
+    breakdown_intervals: bool = True,
 ) -> Drift:
-    """The drift report of the module docstring."""
+    """The drift report of the module docstring. Without breakdown_intervals only the overall
+    figure is bootstrapped (what the alert needs; the rhos use point values): a third of the
+    work, for pages that show only the alert."""
     if window <= timedelta(0):
         raise ValueError(f"the time window must be positive, got {window}")
     if bucket_width < 1:
         raise ValueError(f"the step bucket width must be at least 1, got {bucket_width}")
     overall = accuracy_of(pairs, tol=tol, draws=draws) if pairs else None
-    buckets = _buckets(pairs, rewards, tol=tol, width=bucket_width, draws=draws)
+    buckets = _buckets(
+        pairs, rewards, tol=tol, width=bucket_width, draws=draws, interval=breakdown_intervals
+    )
     reward_rho = _rho([(b.first_step, b.mean_reward) for b in buckets if b.mean_reward is not None])
     agreement_rho = _rho([(b.first_step, b.accuracy.value) for b in buckets if b.accuracy])
     return Drift(
         overall=overall,
-        windows=_windows(pairs, tol=tol, window=window, draws=draws),
+        windows=_windows(pairs, tol=tol, window=window, draws=draws, interval=breakdown_intervals),
         buckets=buckets,
         selection_value=selection_value,
         alert=drift_alert(
@@ -164,7 +173,7 @@ def drift_compute(
 
 
 def _windows(
-    pairs: Sequence[FreshPair], *, tol: float, window: timedelta, draws: int
+    pairs: Sequence[FreshPair], *, tol: float, window: timedelta, draws: int, interval: bool
 ) -> list[Window]:
     if not pairs:
         return []
@@ -176,7 +185,7 @@ def _windows(
         Window(
             start=first + index * window,
             end=first + (index + 1) * window,
-            accuracy=accuracy_of(grouped[index], tol=tol, draws=draws),
+            accuracy=accuracy_of(grouped[index], tol=tol, draws=draws, interval=interval),
         )
         for index in sorted(grouped)
     ]
@@ -189,6 +198,7 @@ def _buckets(
     tol: float,
     width: int,
     draws: int,
+    interval: bool,
 ) -> list[StepBucket]:
     fresh: dict[int, list[FreshPair]] = {}
     for pair in pairs:
@@ -202,7 +212,9 @@ def _buckets(
         StepBucket(
             first_step=index * width,
             last_step=(index + 1) * width - 1,
-            accuracy=accuracy_of(fresh[index], tol=tol, draws=draws) if index in fresh else None,
+            accuracy=accuracy_of(fresh[index], tol=tol, draws=draws, interval=interval)
+            if index in fresh
+            else None,
             mean_reward=float(np.mean(given[index])) if index in given else None,
             rewards=len(given.get(index, [])),
         )

@@ -313,3 +313,17 @@ def test_the_promoting_search_beats_a_later_win(project: Project) -> None:
     report = drift_report(grader=grader)
     assert report["selection"]["search"] == promoting.pk
     assert report["selection"]["accuracy"]["value"] == SELECTED_AT
+
+
+def test_summary_bootstraps_only_the_overall_figure(project: Project) -> None:
+    grader = promoted(project)
+    labeled_run(grader, 25, agrees=5)  # steps 0-24: three buckets of several tasks
+    summary = drift_report(grader=grader, summary=True)
+    assert summary["summary"] and summary["overall"]["ci"] is not None
+    assert [b["accuracy"]["ci"] for b in summary["buckets"]] == [None, None, None]
+    full = drift_report(grader=grader)
+    assert not full["summary"]
+    assert all(b["accuracy"]["ci"] is not None for b in full["buckets"])
+    assert full["alert"] == summary["alert"] and full["overall"] == summary["overall"]
+    # Once the full report is cached, a summary request reads it.
+    assert drift_report(grader=grader, summary=True) == full

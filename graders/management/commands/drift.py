@@ -20,7 +20,7 @@ since, accuracy {value, ci} or null}; metric, tolerance, window_days, step_bucke
 min_pairs; overall {value, ci [low, high] or null, pairs, tasks} or null; windows [{start, end,
 value, ci, pairs, tasks}]; buckets [{first_step, last_step, accuracy (as overall) or null,
 mean_reward, rewards}]; alert; reward_rho; agreement_rho; hacking; not_scored {count, pairs
-[{winner, loser, reason}], note}.
+[{winner, loser, reason}], note}; summary (false here).
 """
 
 

@@ -155,3 +155,13 @@ def test_bad_parameters_are_named() -> None:
         compute([], [], window=timedelta(0))
     with pytest.raises(ValueError, match="bucket width"):
         compute([], [], bucket_width=0)
+
+
+def test_without_breakdown_intervals_only_the_overall_figure_has_one() -> None:
+    pairs = [pair(1, RIGHT, 0, 0), pair(2, WRONG, 1, 1), pair(3, TIE, 2, 2)]
+    drift = compute(pairs, [], breakdown_intervals=False)
+    assert drift.overall is not None and drift.overall.ci is not None
+    # Same point values, no intervals: (1 + 0 + 0.5) / 3 = 0.5 in one window and one bucket.
+    assert [(w.accuracy.value, w.accuracy.ci) for w in drift.windows] == [(0.5, None)]
+    assert [(b.accuracy.value, b.accuracy.ci) for b in drift.buckets if b.accuracy] == [(0.5, None)]
+    assert compute(pairs, []).buckets[0].accuracy.ci is not None  # type: ignore[union-attr]
