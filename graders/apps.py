@@ -9,7 +9,10 @@ class GradersConfig(AppConfig):
         # Registered from here because labeling, which owns the queue, never imports graders.
         from graders.active.monitoring import MONITORING
         from graders.active.strategy import WHICH_WINS
+        from graders.drift import drift_alerts
+        from labeling.overview_panels import overview_alerts_register
         from labeling.strategies import strategy_register
 
         strategy_register(WHICH_WINS)
         strategy_register(MONITORING)
+        overview_alerts_register(drift_alerts)

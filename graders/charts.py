@@ -516,3 +516,90 @@ def p_best_bars_svg(bars: Sequence[tuple[str, float]], *, threshold: float) -> S
         )
     parts.append(mark_safe("</svg>"))
     return mark_safe("".join(parts))
+
+
+# (bucket key, legend text, class): the drift chart's lines reuse the curve's line classes.
+DRIFT_LINES = (
+    ("accuracy", "Fresh accuracy", "accuracy"),
+    ("mean_reward", "Mean captured reward", "eval"),
+)
+DRIFT_SELECTION = ("untouched", "Accuracy at selection", 0.0)
+
+
+def drift_svg(buckets: Sequence[Point], *, selection: float | None) -> SafeString:
+    """A promoted grader's drift against training step (graders/drift.py report buckets): fresh
+    tolerant accuracy with its 95% interval, the mean reward of every captured rollout in the
+    bucket (clamped onto 0..1 like every value here), and the accuracy at selection as a flat
+    line; buckets without a value leave a gap in that line. x is proportional to the bucket's
+    first step, so buckets without labels or rewards show as distance."""
+    plot_w = WIDTH - LEFT - RIGHT - 2 * INSET
+    steps = [b["first_step"] for b in buckets] or [0]
+    low, high = min(steps), max(steps)
+    y_of = _unit_y
+
+    def x_of(step: float) -> float:
+        offset = plot_w / 2 if high == low else plot_w * (step - low) / (high - low)
+        return LEFT + INSET + offset
+
+    parts = [
+        format_html(
+            '<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {} {}" '
+            'role="img" aria-labelledby="drift-title drift-desc">'
+            '<title id="drift-title">Drift against training step</title>'
+            '<desc id="drift-desc">Tolerant ranking accuracy on fresh expert labels per '
+            "training-step bucket with 95% intervals, and the mean reward the grader gave "
+            "captured rollouts in that bucket. The table beside gives the same numbers.</desc>",
+            WIDTH,
+            HEIGHT,
+        ),
+        _axes(
+            [(x_of(b["first_step"]), str(b["first_step"])) for b in buckets],
+            y_of,
+            x_label="Training step (bucket start)",
+            y_label="Accuracy / mean reward",
+        ),
+    ]
+    if selection is not None:
+        parts.append(
+            format_html(
+                '<line class="line untouched" x1="{}" y1="{}" x2="{}" y2="{}">'
+                "<title>Accuracy at selection {}</title></line>",
+                LEFT,
+                _n(y_of(selection)),
+                WIDTH - RIGHT,
+                _n(y_of(selection)),
+                f"{selection:.3f}",
+            )
+        )
+    for key, label, css in DRIFT_LINES:
+        segment: list[str] = []
+        for bucket in buckets:
+            found = bucket.get(key)
+            value = found.get("value") if isinstance(found, Mapping) else found
+            if value is None:
+                parts.append(_polyline(css, segment))
+                segment = []
+                continue
+            x, y = x_of(bucket["first_step"]), y_of(value)
+            segment.append(f"{_n(x)},{_n(y)}")
+            interval = found.get("ci") if isinstance(found, Mapping) else None
+            parts.append(_whisker(css, x, interval, y_of))
+            parts.append(
+                format_html(
+                    '<circle class="point {}" cx="{}" cy="{}" r="4"><title>Steps {}-{}: {} {}{}'
+                    "</title></circle>",
+                    css,
+                    _n(x),
+                    _n(y),
+                    bucket["first_step"],
+                    bucket["last_step"],
+                    label.lower(),
+                    f"{value:.3f}",
+                    _interval_text(interval),
+                )
+            )
+        parts.append(_polyline(css, segment))
+    legend = [(css, label, 0.0) for _, label, css in DRIFT_LINES]
+    parts.append(_legend(legend + ([DRIFT_SELECTION] if selection is not None else [])))
+    parts.append(mark_safe("</svg>"))
+    return mark_safe("".join(parts))

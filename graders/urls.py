@@ -1,6 +1,14 @@
 from django.urls import path
 
-from graders import alias_views, bundle_views, judge_views, research_views, search_views, views
+from graders import (
+    alias_views,
+    bundle_views,
+    drift_views,
+    judge_views,
+    research_views,
+    search_views,
+    views,
+)
 
 JUDGE = "p/<slug:slug>/judges/<int:endpoint_id>/"
 SEARCH = "p/<slug:slug>/searches/<int:search_id>/"
@@ -19,6 +27,7 @@ urlpatterns = [
         name="bundle-download",
     ),
     path("p/<slug:slug>/graders/<int:grader_id>/", views.program_page, name="program"),
+    path("p/<slug:slug>/graders/<int:grader_id>/drift/", drift_views.drift_page, name="drift"),
     path(
         "p/<slug:slug>/graders/<int:grader_id>/promote/",
         search_views.program_promote,

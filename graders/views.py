@@ -15,6 +15,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from graders.aliases import alias_panel
 from graders.charts import scatter_svg
+from graders.drift import grader_drift_warnings
 from graders.engine.programs import KINDS
 from graders.evaluation import meta_eval_rows
 from graders.forms import ResumeBudgetForm, RunForm
@@ -108,6 +109,7 @@ def program_page(request: HttpRequest, slug: str, grader_id: int) -> HttpRespons
         "diff": program_diff(grader.parent.program, grader.program) if grader.parent else [],
         **program_lineage(grader),
         **alias_panel(metagrader=grader),
+        "drift_warnings": grader_drift_warnings(grader=grader),
     }
     return render(request, "graders/program.html", context)
 

@@ -60,6 +60,17 @@ class Project(models.Model):
         validators=[MinValueValidator(0.0)],
         help_text="What an automatic re-search may spend, in the judges' price unit.",
     )
+    # Drift of the promoted grader on fresh labels (graders/drift.py): alert when the fresh
+    # interval's high end is more than drift_margin below the accuracy at selection, with at
+    # least drift_min_pairs fresh labeled pairs.
+    drift_margin = models.FloatField(
+        default=0.05,
+        validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text="Alert when fresh accuracy lies this far below the accuracy at selection.",
+    )
+    drift_min_pairs = models.PositiveIntegerField(
+        default=20, help_text="Fresh labeled pairs needed before a drift alert."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     # The labeling queue's strategy (a name registered in labeling.strategies), the share of
     # pairs it draws uniformly at random, and how many new labels trigger a background rewrite
@@ -93,6 +104,9 @@ class Project(models.Model):
             models.CheckConstraint(
                 condition=Q(research_max_cost__isnull=True) | Q(research_max_cost__gte=0),
                 name="project_research_max_cost",
+            ),
+            models.CheckConstraint(
+                condition=Q(drift_margin__gte=0, drift_margin__lte=1), name="project_drift_margin"
             ),
         ]
 

@@ -27,6 +27,7 @@ from labeling.imports import ImportRejected
 from labeling.jobs import job_cancel
 from labeling.jsonl import jsonl_lines
 from labeling.models import Job, Project, Task
+from labeling.overview_panels import overview_alerts
 from labeling.selectors import (
     memberships_for_user,
     project_domains,
@@ -59,6 +60,7 @@ def project_overview_page(request: HttpRequest, slug: str) -> HttpResponse:
         "access": access,
         "project": access.project,
         "overview": project_overview(project=access.project),
+        "alerts": overview_alerts(access),
     }
     return render(request, "labeling/project_overview.html", context)
 

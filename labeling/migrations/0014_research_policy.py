@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('labeling', '0012_project_capture_rate'),
+        ('labeling', '0013_drift_settings'),
     ]
 
     operations = [
