@@ -32,15 +32,14 @@ The group mean is over the rewards stored with the group: a response deduplicate
 earlier capture is not stored again, so its reward is missing from the mean.
 """
 
-import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
 
+from graders.active.draw import pair_key, pool_draw
 from graders.engine.active.acquisition import harm_potential, margin_value, recency_value
-from graders.engine.active.sampling import sampling_priorities, selection_probabilities
 from graders.models import CapturedGroup, CapturedResponse
 from labeling.models import Preference, Project, Provider
 from labeling.strategies import (
@@ -137,7 +136,7 @@ class WatchShippedGrader:
         return (
             group is not None
             and self.captures.group_of.get(pair.response_b) == group
-            and _key(pair) not in self.captures.labeled
+            and pair_key(pair) not in self.captures.labeled
         )
 
     def values(self, pairs: Sequence[CandidatePair]) -> np.ndarray:
@@ -153,20 +152,9 @@ class WatchShippedGrader:
         return values
 
     def rank(self, pairs: Sequence[CandidatePair]) -> list[Ranked]:
-        pool = [i for i, pair in enumerate(pairs) if self.in_pool(pair)]
-        q = selection_probabilities(self.values([pairs[i] for i in pool]), epsilon=self.epsilon)
-        priorities = sampling_priorities(q, np.random.default_rng(self.seed))
-        ranks: list[Ranked | None] = [None] * len(pairs)
-        for i, chance, priority in zip(pool, q, priorities, strict=True):
-            ranks[i] = Ranked(float(priority), float(chance), len(pool))
-        # Below every drawn priority (each is <= 0), in a seeded random order.
-        floor = min((rank.priority for rank in ranks if rank is not None), default=0.0) - 1.0
-        order = random.Random(self.seed)
-        return [rank or Ranked(floor - order.random()) for rank in ranks]
-
-
-def _key(pair: CandidatePair) -> Pair:
-    return min(pair.response_a, pair.response_b), max(pair.response_a, pair.response_b)
+        return pool_draw(
+            pairs, in_pool=self.in_pool, values=self.values, epsilon=self.epsilon, seed=self.seed
+        )
 
 
 def monitoring_build(project: Project, seed: int) -> StrategyChoice:

@@ -9,14 +9,13 @@ Pairs outside the pool (labeled already, and with epsilon 0 the ones the draw gi
 follow every drawn pair in a seeded random order and carry no probability.
 """
 
-import random
 from collections.abc import Sequence
 
 import numpy as np
 
 from graders.active.committee import Committee, committee_for_project
+from graders.active.draw import pair_key, pool_draw
 from graders.engine.active.acquisition import information_gain
-from graders.engine.active.sampling import sampling_priorities, selection_probabilities
 from labeling.models import Project, Split
 from labeling.strategies import (
     COVERAGE,
@@ -50,7 +49,7 @@ class WhichGraderWins:
             for i, pair in enumerate(pairs)
             if pair.split == Split.SELECTION
             and committee.graded(pair.response_a, pair.response_b)
-            and _key(pair) not in committee.labeled
+            and pair_key(pair) not in committee.labeled
         ]
         values = np.zeros(len(pairs))
         if valued:
@@ -59,22 +58,13 @@ class WhichGraderWins:
         return values
 
     def rank(self, pairs: Sequence[CandidatePair]) -> list[Ranked]:
-        pool = [i for i, pair in enumerate(pairs) if _key(pair) not in self.committee.labeled]
-        q = selection_probabilities(self.values([pairs[i] for i in pool]), epsilon=self.epsilon)
-        priorities = sampling_priorities(q, np.random.default_rng(self.seed))
-        ranks: list[Ranked | None] = [None] * len(pairs)
-        for i, chance, priority in zip(pool, q, priorities, strict=True):
-            if chance > 0:
-                ranks[i] = Ranked(float(priority), float(chance), len(pool))
-        drawn = [rank.priority for rank in ranks if rank is not None]
-        # Below every drawn priority (each is <= 0), in a seeded random order.
-        floor = min(drawn, default=0.0) - 1.0
-        order = random.Random(self.seed)
-        return [rank or Ranked(floor - order.random()) for rank in ranks]
-
-
-def _key(pair: CandidatePair) -> tuple[int, int]:
-    return min(pair.response_a, pair.response_b), max(pair.response_a, pair.response_b)
+        return pool_draw(
+            pairs,
+            in_pool=lambda pair: pair_key(pair) not in self.committee.labeled,
+            values=self.values,
+            epsilon=self.epsilon,
+            seed=self.seed,
+        )
 
 
 def which_wins_build(project: Project, seed: int) -> StrategyChoice:
