@@ -55,13 +55,18 @@ def won_version(
     grader = metagrader_register(
         project=project, program=program, origin="human", parent=warm_start
     )
+    endpoint, _ = JudgeEndpoint.objects.get_or_create(
+        project=project,
+        name="fake",
+        defaults={"base_url": "http://127.0.0.1:9/v1", "model": "fake"},
+    )
     snapshot = LabelSnapshot.objects.create(project=project, content_hash=f"snap-{label}")
     LabelSnapshot.objects.filter(pk=snapshot.pk).update(
         created_at=timezone.now() - timedelta(days=days_ago)
     )
     search = SearchRun.objects.create(
         project=project, job=Job.objects.create(project=project, kind="search"), kind="scalar",
-        mode="best_of_n", endpoint=JudgeEndpoint.objects.filter(project=project).first(), n=1,
+        mode="best_of_n", endpoint=endpoint, n=1,
         snapshot=snapshot, warm_start=warm_start,
     )  # fmt: skip
     candidate = Candidate.objects.create(search=search, metagrader=grader, iteration=0, position=0)
@@ -176,3 +181,28 @@ def test_queries_do_not_grow_with_versions(
     assert len(many) == len(few)
     with django_assert_max_num_queries(len(few)):  # type: ignore[operator]
         client.get(lineage_url(project))
+
+
+def test_a_version_only_ranked_in_a_search_counts_labels_since_that_search(
+    project: Project, admin_user: User
+) -> None:
+    """As drift does: a grader promoted by hand that a search ranked but did not pick is
+    measured from that search's snapshot, not from the beginning."""
+    _, search = won_version(project, "W", days_ago=2)
+    ranked = metagrader_register(
+        project=project,
+        program=baseline_program("scalar").to_json() | {"description": "Ranked."},
+        origin="human",
+    )
+    Candidate.objects.create(search=search, metagrader=ranked, iteration=0, position=1)
+    grader_promote(project=project, metagrader=ranked)
+    first, second = captured_pair(ranked, 0, (0.9, 0.1), step=1)
+    older, newer = prefer(first, second), prefer(first, second, name="ann")
+    # One label 3 days old (before the 2-day snapshot), one 1 day old (after it).
+    Preference.objects.filter(pk=older.pk).update(created_at=timezone.now() - timedelta(days=3))
+    Preference.objects.filter(pk=newer.pk).update(created_at=timezone.now() - timedelta(days=1))
+
+    text = client_of(admin_user).get(lineage_url(project)).content.decode()
+
+    _, ranked_section = sections(text)
+    assert "<b>Fresh labels:</b> 1 human overall label since its snapshot" in ranked_section
