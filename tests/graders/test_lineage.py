@@ -206,3 +206,19 @@ def test_a_version_only_ranked_in_a_search_counts_labels_since_that_search(
 
     _, ranked_section = sections(text)
     assert "<b>Fresh labels:</b> 1 human overall label since its snapshot" in ranked_section
+
+
+def test_a_version_no_search_chose_counts_every_label(project: Project, admin_user: User) -> None:
+    imported = metagrader_register(
+        project=project, program=baseline_program("scalar").to_json(), origin="human"
+    )
+    alias_promote(project=project, name="staging", metagrader=imported)
+    prefer(*captured_pair(imported, 0, (0.9, 0.1), step=None))
+
+    text = client_of(admin_user).get(lineage_url(project)).content.decode()
+
+    (version,) = sections(text)
+    assert "no search chose it, so no snapshot" in version and "won no search" in version
+    assert "<b>Fresh labels:</b> 1 human overall label in all" in version
+    assert "staging promoted here (first use)" in version
+    assert "run (unnamed): 1 group</li>" in version
