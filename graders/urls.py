@@ -5,6 +5,7 @@ from graders import (
     bundle_views,
     drift_views,
     judge_views,
+    lineage_views,
     research_views,
     search_views,
     views,
@@ -20,6 +21,7 @@ urlpatterns = [
     path(JUDGE + "default/", judge_views.judge_default, name="judge-default"),
     path(JUDGE + "delete/", judge_views.judge_delete, name="judge-delete"),
     path("p/<slug:slug>/graders/", views.graders_page, name="graders"),
+    path("p/<slug:slug>/graders/lineage/", lineage_views.lineage_page, name="lineage"),
     path("p/<slug:slug>/graders/import/", bundle_views.bundle_upload, name="bundle-import"),
     path(
         "p/<slug:slug>/graders/<int:grader_id>/bundle.json",
