@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.cache import cache
-from django.db.models import Max
+from django.db.models import Max, QuerySet
 from django.urls import reverse
 
 from graders.engine.drift import (
@@ -256,17 +256,20 @@ def _report_compute(
     return report | {"summary": summary}
 
 
+def drift_labels(project: Project) -> QuerySet[Preference]:
+    """The labels drift compares a grader with: experts' current overall preferences. Fresh
+    ones are those newer than the grader's selection snapshot."""
+    return Preference.objects.filter(
+        task__project=project, is_current=True, provider=Provider.HUMAN, dimension__isnull=True
+    )
+
+
 def _fresh_majority(
     project: Project, since: datetime | None
 ) -> tuple[dict[Any, tuple[int, int]], dict[Any, datetime]]:
     """Non-tie majorities of the fresh labels, keyed like majority_oriented, and the time of
     each pair's newest fresh label (when the majority was last settled)."""
-    labels = Preference.objects.filter(
-        task__project=project,
-        is_current=True,
-        provider=Provider.HUMAN,
-        dimension__isnull=True,
-    )
+    labels = drift_labels(project)
     if since is not None:
         labels = labels.filter(created_at__gt=since)
     rows = list(

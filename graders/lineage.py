@@ -14,7 +14,7 @@ from typing import Any
 
 from django.db.models import Count, Max, Min, Q, Sum
 
-from graders.drift import drift_report, promoted_graders, report_warnings
+from graders.drift import drift_labels, drift_report, promoted_graders, report_warnings
 from graders.models import (
     AliasMove,
     Candidate,
@@ -26,7 +26,7 @@ from graders.models import (
     RewardUsage,
     SearchRun,
 )
-from labeling.models import LabelSnapshot, Preference, Project, Provider
+from labeling.models import LabelSnapshot, Project
 
 
 @dataclass
@@ -178,9 +178,7 @@ def _add_fresh_labels(project: Project, versions: dict[int, Version]) -> None:
     since: dict[int, datetime | None] = {
         pk: v.snapshot.created_at if v.snapshot else None for pk, v in versions.items()
     }
-    counts = Preference.objects.filter(
-        task__project=project, is_current=True, provider=Provider.HUMAN, dimension__isnull=True
-    ).aggregate(
+    counts = drift_labels(project).aggregate(
         **{
             f"v{pk}": Count("pk", filter=Q(created_at__gt=at) if at else Q())
             for pk, at in since.items()
