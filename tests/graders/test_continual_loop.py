@@ -133,6 +133,7 @@ def test_a_training_run_drifts_is_re_searched_and_the_trainer_follows_the_promot
     loop_project: Project,
     fake_judge: FakeJudgeServer,
     expert_user: User,
+    admin_user: User,
     live_server: Any,
 ) -> None:
     project = loop_project
@@ -214,6 +215,12 @@ def test_a_training_run_drifts_is_re_searched_and_the_trainer_follows_the_promot
         assert report["alert"]
         by_bucket = {b["first_step"]: b["accuracy"]["value"] for b in report["buckets"]}
         assert by_bucket[0] == 1.0 and by_bucket[40] == 0.0  # steps 0-9 agree, 40-49 do not
+        assert report["not_scored"]["count"] == 0  # every fresh label is on a captured pair
+        manager = Client()
+        manager.force_login(admin_user)
+        page = manager.get(reverse("drift", args=["acme", old.pk])).content.decode()
+        assert "Fresh accuracy 0.500" in page
+        assert reverse("grader-research", args=["acme", old.pk]) in page  # the one click
 
         # The re-search on the current labels finds a program right on the fresh labels.
         search = run_to_end(research_start(project=project, grader=old))
