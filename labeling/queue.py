@@ -529,11 +529,20 @@ def queue_refresh_soon(project: Project) -> bool:
     return bool(asked)
 
 
-def queue_refresh(*, project: Project, seed: int | None = None) -> int:
+def refresh_seed(project: Project) -> int:
+    """The seed of a refresh's draw: the number of labels the project holds (queue_refresh says
+    why)."""
+    return Preference.objects.filter(task__project=project).count()
+
+
+def queue_refresh(
+    *, project: Project, seed: int | None = None, strategy: QueueStrategy | None = None
+) -> int:
     """Rewrite priority, probability and pool of the project's queued pairs that are not pinned,
     with the strategy the project chose as it can run now (strategy_for): the same pairs, new
     ranks, written in one transaction. Each pair is ranked once and its rank applies to every
-    dimension it is queued in. Returns the number of queue rows rewritten.
+    dimension it is queued in. Returns the number of queue rows rewritten. A caller that has
+    just built the project's strategy passes it as `strategy`, so it is not built twice.
 
     Without a `seed`, the draw is seeded by the number of labels the project holds: a redelivered
     refresh writes the same ranks again, while each refresh after new labels draws afresh. One
@@ -541,9 +550,9 @@ def queue_refresh(*, project: Project, seed: int | None = None) -> int:
     would stay unlucky, and the chance recorded for it would overstate how often it is drawn."""
     # Cleared before ranking, so labels arriving while the strategy computes can ask again.
     Project.objects.filter(pk=project.pk).update(queue_refresh_requested_at=None)
-    if seed is None:
-        seed = Preference.objects.filter(task__project=project).count()
-    strategy = strategy_for(project, seed=seed).strategy
+    if strategy is None:
+        chosen = strategy_for(project, seed=refresh_seed(project) if seed is None else seed)
+        strategy = chosen.strategy
     queued = list(
         QueuePair.objects.filter(project=project, overlap__isnull=True)
         .order_by("task_id", "response_a_id", "response_b_id", "pk")
