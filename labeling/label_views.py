@@ -37,7 +37,7 @@ from labeling.selectors import (
     criterion_grading_view,
     pair_view,
 )
-from labeling.strategies import strategy_for, strategy_specs
+from labeling.strategies import strategy_fallback, strategy_for, strategy_specs
 
 
 def _card(
@@ -207,8 +207,8 @@ def _queue_render(
         "hint": next((s.hint for s in specs if s.name == project.queue_strategy), ""),
     }
     if access.can(Perm.MANAGE):
-        # Only managers see whether the choice can run now: building it may read search results.
-        context["fallback"] = strategy_for(project).fallback
+        # Only managers see whether the choice can run now.
+        context["fallback"] = strategy_fallback(project)
         context["form"] = build or QueueBuildForm(dimension_names=names)
         context["settings"] = settings or QueueStrategyForm(
             specs=specs,

@@ -68,6 +68,9 @@ class StrategySpec:
     label: str  # what the Queue page calls it
     hint: str  # one sentence for the Queue page
     build: Callable[[Project, int], StrategyChoice]  # (project, seed) -> the strategy to run now
+    # A cheap check for pages: the fallback text `build` would give now, or "" when the strategy
+    # can run. None: the strategy is cheap to build, so building it tells.
+    unavailable: Callable[[Project], str] | None = None
 
 
 class CoverageFirst:
@@ -105,13 +108,27 @@ def strategy_for(project: Project, *, seed: int = 0) -> StrategyChoice:
     removed, a typo in the database) serves Coverage first and says why."""
     spec = _SPECS.get(project.queue_strategy)
     if spec is None:
-        known = ", ".join(_SPECS)
-        return StrategyChoice(
-            CoverageFirst(seed),
-            fallback=f"the chosen strategy {project.queue_strategy!r} is not available "
-            f"(known: {known}); serving {COVERAGE.label} until another is chosen",
-        )
+        return StrategyChoice(CoverageFirst(seed), fallback=_unknown_text(project))
     return spec.build(project, seed)
+
+
+def strategy_fallback(project: Project) -> str:
+    """Why the project's chosen strategy cannot run now ("" when it can), as strategy_for would
+    say, without building a strategy whose spec offers a cheaper check (a page asks this on
+    every view; building Which grader wins reads every candidate's rewards)."""
+    spec = _SPECS.get(project.queue_strategy)
+    if spec is None:
+        return _unknown_text(project)
+    if spec.unavailable is not None:
+        return spec.unavailable(project)
+    return spec.build(project, 0).fallback
+
+
+def _unknown_text(project: Project) -> str:
+    return (
+        f"the chosen strategy {project.queue_strategy!r} is not available "
+        f"(known: {', '.join(_SPECS)}); serving {COVERAGE.label} until another is chosen"
+    )
 
 
 COVERAGE = StrategySpec(

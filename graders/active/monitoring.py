@@ -173,4 +173,7 @@ MONITORING = StrategySpec(
         "accuracies on the labels unbiased once reweighted."
     ),
     build=monitoring_build,
+    unavailable=lambda project: (
+        "" if CapturedGroup.objects.filter(project=project).exists() else FALLBACK
+    ),
 )

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from graders.active.committee import Committee, committee_for_project
+from graders.active.committee import Committee, committee_for_project, committee_search
 from graders.active.draw import pair_key, pool_draw
 from graders.engine.active.acquisition import information_gain
 from labeling.models import Project, Split
@@ -83,4 +83,5 @@ WHICH_WINS = StrategySpec(
         "reweighted."
     ),
     build=which_wins_build,
+    unavailable=lambda project: "" if committee_search(project) else FALLBACK,
 )

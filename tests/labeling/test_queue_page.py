@@ -179,3 +179,19 @@ def test_build_queue_chooses_a_strategy_by_name_and_refuses_unknown_ones(
     pairs.refresh_from_db()
     assert pairs.queue_strategy == "by_response"
     assert set(QueuePair.objects.values_list("strategy", flat=True)) == {"by_response"}
+
+
+def test_the_page_asks_a_strategy_its_cheap_check_instead_of_building_it(
+    pairs: Project, admin_user: User
+) -> None:
+    def build(project: Project, seed: int) -> StrategyChoice:
+        raise AssertionError("the Queue page built the strategy to read its fallback")
+
+    spec = StrategySpec("costly", "Costly", "Expensive to build.", build, lambda p: NEEDS_SEARCH)
+    strategy_register(spec)
+    try:
+        pairs.queue_strategy = "costly"
+        pairs.save()
+        assert NEEDS_SEARCH in page(admin_user)
+    finally:
+        del strategies._SPECS[spec.name]
