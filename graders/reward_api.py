@@ -9,7 +9,7 @@ Two shapes, one grading path:
 - `POST /api/p/<slug>/graders/<id>/get_reward` (and `.../selected/<kind>/get_reward`):
   OpenRLHF's remote reward model protocol, {"query", "prompts", "labels"} in and
   {"rewards", ...} out, with the same semantics as the OpenRLHF adapter of the Python runtime
-  (graders/engine/trainers.py).
+  (graders/engine/trainers/).
 - `.../graders/alias/<name>/reward` and `.../alias/<name>/get_reward`: the version an alias
   points at now (graders/aliases.py), so a promotion reaches the trainer's next request.
 

@@ -61,7 +61,7 @@ import threading
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -94,6 +94,8 @@ from graders.engine.programs import (
     rubric_generate,
 )
 from graders.engine.reward import excerpt, number_or_none
+
+T = TypeVar("T")
 
 BUNDLE_FORMAT = "workbench.grader-bundle"
 BUNDLE_VERSION = 1
@@ -606,7 +608,7 @@ class _LoopThread:
         )
         self.thread.start()
 
-    def run[T](self, coroutine: Coroutine[Any, Any, T]) -> T:
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         if threading.current_thread() is self.thread:
             coroutine.close()
             raise RuntimeError("the synchronous grader API was called from its own loop; await")
@@ -797,7 +799,7 @@ class Grader:
         """score_group for code with no event loop of its own; safe from any thread."""
         return self.run_sync(self.score_group(task, responses))
 
-    def run_sync[T](self, coroutine: Coroutine[Any, Any, T]) -> T:
+    def run_sync(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run a coroutine that uses this grader on the grader's private loop and wait."""
         with self._lock:
             if self._loop_thread is None or self._loop_thread.loop.is_closed():

@@ -27,10 +27,10 @@ import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Protocol, Self
+from typing import Any, Literal, Protocol
 
 import httpx
 
@@ -318,7 +318,7 @@ class JudgeClient:
         self._timeout = httpx.Timeout(settings.timeout_s).as_dict()
         self._client_timeout = client_timeout(self._timeout)
 
-    async def __aenter__(self) -> Self:
+    async def __aenter__(self) -> "JudgeClient":
         return self
 
     async def __aexit__(
@@ -538,8 +538,8 @@ def retry_after_seconds(value: str | None, now: datetime | None = None) -> float
         except (TypeError, ValueError):
             return None
         if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        seconds = (when - (now or datetime.now(UTC))).total_seconds()
+            when = when.replace(tzinfo=timezone.utc)
+        seconds = (when - (now or datetime.now(timezone.utc))).total_seconds()
     return max(0.0, seconds) if math.isfinite(seconds) else None
 
 

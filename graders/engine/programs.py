@@ -43,7 +43,7 @@ import math
 import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 
 from graders.engine.fence import fence_draw
 from graders.engine.judge import ChatRequest, ChatResult
@@ -57,6 +57,8 @@ from graders.engine.reward import (
     reward_refs,
     reward_to_json,
 )
+
+T = TypeVar("T")
 
 Kind = Literal["scalar", "pairwise", "rubric", "pairwise_rubric"]
 KINDS: tuple[Kind, ...] = ("scalar", "pairwise", "rubric", "pairwise_rubric")
@@ -1090,7 +1092,7 @@ def _trace_entry(
     )
 
 
-async def gather_all[T](coroutines: Iterable[Awaitable[T]]) -> list[T]:
+async def gather_all(coroutines: Iterable[Awaitable[T]]) -> list[T]:
     """Await concurrently, so the judge client's semaphore can keep many calls in flight.
 
     If one raises (BudgetExhausted, CallsStopped), the others still finish, so answers already

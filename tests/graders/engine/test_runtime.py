@@ -1,5 +1,5 @@
 """The export runtime: bundles (graders/engine/bundle.py) and the trainer adapters
-(graders/engine/trainers.py), against the fake judge over real HTTP. No Django, no database.
+(graders/engine/trainers/), against the fake judge over real HTTP. No Django, no database.
 
 The fake judge scores by a quality word in the response (excellent 1.0, good 0.75, fair 0.5,
 poor 0.25), compares two responses by the same words, writes GENERATED_CRITERIA as a rubric

@@ -1,0 +1,153 @@
+"""verl: compute_score functions for its reward managers (module docstring of
+graders.engine.trainers)."""
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from graders.engine.bundle import Grader
+from graders.engine.programs import TaskInput
+from graders.engine.trainers.groups import (
+    DOCUMENTS_KEY,
+    INSTRUCTIONS_KEY,
+    PROMPT_KEYS,
+    TASK_ID_KEY,
+    VERL_PAIRWISE_NEEDS_BATCH,
+    GraderSource,
+    grader_loaded,
+    grader_now,
+    grader_now_async,
+    groups_grade,
+    pairwise_groups_check,
+    reward,
+)
+
+VerlScore = dict[str, float]
+
+
+def verl_compute_score(
+    source: GraderSource, *, batch: bool = False, failure_reward: float = 0.0
+) -> Callable[..., Any]:
+    """A verl reward function (custom_reward_function.path/name points at it).
+
+    Per sample (default): `compute_score(data_source, solution_str, ground_truth,
+    extra_info=None, **kwargs) -> {"score": reward, "grader_failed": 0.0 or 1.0}`; a pairwise
+    grader refuses this form. With `batch=True`, for the "batch" reward manager:
+    `compute_score(data_sources, solution_strs, ground_truths, extra_infos=None, **kwargs)`
+    returning one such dict per response, responses to the same task graded as one group.
+    `extra_info` names the task: "task_id", or "prompt" (or "question") with optional
+    "documents" and "instructions". `grader_failed` averages to the failure rate in verl's
+    metrics.
+    """
+    if batch:
+
+        def compute_score_batch(
+            data_sources: Sequence[Any],
+            solution_strs: Sequence[str],
+            ground_truths: Sequence[Any],
+            extra_infos: Sequence[Mapping[str, Any] | None] | None = None,
+            **kwargs: Any,
+        ) -> list[VerlScore]:
+            grader = grader_now(source)
+            return grader.run_sync(
+                _verl_batch_score(grader, solution_strs, extra_infos, failure_reward)
+            )
+
+        compute_score_batch.__name__ = compute_score_batch.__qualname__ = "compute_score"
+        return compute_score_batch
+    _per_sample_check(source)
+
+    def compute_score(
+        data_source: Any,
+        solution_str: str,
+        ground_truth: Any,
+        extra_info: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> VerlScore:
+        grader = grader_now(source)
+        return grader.run_sync(
+            _verl_batch_score(grader, [solution_str], [extra_info], failure_reward)
+        )[0]
+
+    return compute_score
+
+
+def verl_compute_score_async(
+    source: GraderSource, *, batch: bool = False, failure_reward: float = 0.0
+) -> Callable[..., Awaitable[Any]]:
+    """verl_compute_score as an `async def` function: verl awaits it on its reward loop
+    instead of running it in a thread, which it recommends for functions that call an API."""
+    if batch:
+
+        async def compute_score_batch(
+            data_sources: Sequence[Any],
+            solution_strs: Sequence[str],
+            ground_truths: Sequence[Any],
+            extra_infos: Sequence[Mapping[str, Any] | None] | None = None,
+            **kwargs: Any,
+        ) -> list[VerlScore]:
+            grader = await grader_now_async(source)
+            return await _verl_batch_score(grader, solution_strs, extra_infos, failure_reward)
+
+        compute_score_batch.__name__ = compute_score_batch.__qualname__ = "compute_score"
+        return compute_score_batch
+    _per_sample_check(source)
+
+    async def compute_score(
+        data_source: Any,
+        solution_str: str,
+        ground_truth: Any,
+        extra_info: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> VerlScore:
+        grader = await grader_now_async(source)
+        scores = await _verl_batch_score(grader, [solution_str], [extra_info], failure_reward)
+        return scores[0]
+
+    return compute_score
+
+
+def _per_sample_check(source: GraderSource) -> None:
+    grader = grader_loaded(source)
+    if grader.is_pairwise:
+        raise ValueError(f"{grader.name} is a {grader.kind} grader: {VERL_PAIRWISE_NEEDS_BATCH}")
+
+
+async def _verl_batch_score(
+    grader: Grader,
+    solution_strs: Sequence[str],
+    extra_infos: Sequence[Mapping[str, Any] | None] | None,
+    failure_reward: float,
+) -> list[VerlScore]:
+    size = len(solution_strs)
+    infos = list(extra_infos) if extra_infos is not None else [None] * size
+    if len(infos) != size:
+        raise ValueError(f"{len(infos)} extra_infos for {size} solution_strs")
+    tasks = [_verl_task(grader, info) for info in infos]
+    pairwise_groups_check(grader, tasks, VERL_PAIRWISE_NEEDS_BATCH)
+    results = await groups_grade(grader, tasks, solution_strs, tasks)
+    return [
+        {"score": reward(result, failure_reward), "grader_failed": float(not result.ok)}
+        for result in results
+    ]
+
+
+def _verl_task(grader: Grader, extra_info: Mapping[str, Any] | None) -> TaskInput:
+    info = extra_info or {}
+    task_id = info.get(TASK_ID_KEY)
+    if task_id is not None and str(task_id) in grader.tasks:
+        return grader.tasks[str(task_id)]
+    prompt = next((info[key] for key in PROMPT_KEYS if info.get(key) is not None), None)
+    if prompt is None:
+        unknown = f"task_id {str(task_id)!r} is not in the bundle, and " if task_id else ""
+        raise ValueError(
+            f"verl passes only the response to compute_score; {unknown}extra_info names no "
+            f"task: give extra_info['{TASK_ID_KEY}'] (a task of the bundle) or "
+            f"extra_info['prompt'] (with optional '{DOCUMENTS_KEY}' and '{INSTRUCTIONS_KEY}') "
+            "in your dataset"
+        )
+    return grader.resolve_task(
+        prompt=prompt,
+        task_id=task_id,
+        documents=info.get(DOCUMENTS_KEY),
+        instructions=info.get(INSTRUCTIONS_KEY),
+    )
