@@ -119,14 +119,6 @@ def _human_majority(response_pks: set[int]) -> list[tuple[int, int]]:
     return list(majority_oriented(rows).values())
 
 
-def _preference_pairs(
-    response_pks: set[int], rewards: dict[int, float | None], task_of: dict[int, int]
-) -> RankingPairs | None:
-    """Human-majority non-tie overall pairs among the graded responses, winner first."""
-    oriented = _human_majority(response_pks)
-    return _oriented_pairs(oriented, rewards, task_of) if oriented else None
-
-
 def _oriented_pairs(
     oriented: list[tuple[int, int]], rewards: dict[int, float | None], task_of: dict[int, int]
 ) -> RankingPairs:
@@ -192,7 +184,7 @@ def _rewards_evaluate(
     if len(pairs.task) == 0:
         return summary | {"reference": reference, "note": "no pairs with different true scores"}
     summary |= {"reference": reference, **_pairs_metrics(pairs, tol)}
-    if reference == "human_preferences":
+    if reference == PREFERENCES_REFERENCE:
         reweighted = preference_reweighted(rewards, task_of, tol)
         if reweighted is not None:
             summary["reweighted"] = reweighted
@@ -220,23 +212,43 @@ def reference_pairs(
     rewards: dict[int, float | None], task_of: dict[int, int]
 ) -> tuple[str, RankingPairs, ScoredResponses | None] | None:
     """What the experts said about these graded responses, as ranking pairs with the rewards
-    attached: true-grader scores if the responses have them, else expert scores, else the
-    human majority of overall preferences (then without per-response scores). None when the
-    experts said nothing about them."""
+    attached. Scores come first: true-grader scores if any response has them, else expert
+    scores; pairs of two scored responses of a task are ordered by them. Human-majority
+    overall preferences add the pairs that scores do not cover (one response has no score: a
+    rollout captured from training and labeled since, say), so fresh preferences count on a
+    split that also carries scores; the reference is then "<provider>+preferences", and
+    harm-aware accuracy, which needs true scores on both sides, is left out. Without scores,
+    the preferences alone (then without per-response scores). None when the experts said
+    nothing about these responses."""
+    oriented = _human_majority(set(rewards))
     reference = _reference_scores(list(rewards))
-    if reference is not None:
-        provider, truth = reference
-        scored = [pk for pk in rewards if pk in truth]
-        responses = ScoredResponses(
-            task=np.array([task_of[pk] for pk in scored], dtype=np.int64),
-            true=np.array([truth[pk] for pk in scored], dtype=np.float64),
-            pred=np.array(
-                [np.nan if rewards[pk] is None else rewards[pk] for pk in scored], dtype=np.float64
-            ),
-        )
-        return provider, ranking_pairs_from_scores(responses), responses
-    pairs = _preference_pairs(set(rewards), rewards, task_of)
-    return None if pairs is None else ("human_preferences", pairs, None)
+    if reference is None:
+        if not oriented:
+            return None
+        return PREFERENCES_REFERENCE, _oriented_pairs(oriented, rewards, task_of), None
+    provider, truth = reference
+    scored = [pk for pk in rewards if pk in truth]
+    responses = ScoredResponses(
+        task=np.array([task_of[pk] for pk in scored], dtype=np.int64),
+        true=np.array([truth[pk] for pk in scored], dtype=np.float64),
+        pred=np.array(
+            [np.nan if rewards[pk] is None else rewards[pk] for pk in scored], dtype=np.float64
+        ),
+    )
+    pairs = ranking_pairs_from_scores(responses)
+    uncovered = [(w, loser) for w, loser in oriented if not (w in truth and loser in truth)]
+    if not uncovered:
+        return provider, pairs, responses
+    added = _oriented_pairs(uncovered, rewards, task_of)
+    joined = RankingPairs(
+        task=np.concatenate([pairs.task, added.task]),
+        winner_score=np.concatenate([pairs.winner_score, added.winner_score]),
+        loser_score=np.concatenate([pairs.loser_score, added.loser_score]),
+    )
+    return f"{provider}+preferences", joined, responses
+
+
+PREFERENCES_REFERENCE = "human_preferences"
 
 
 REWEIGHTED_ESTIMATOR = "self-normalized inverse propensity"

@@ -4,14 +4,17 @@ proposals bred from it, and its page says whether the new winner beats it.
 
 Started by a person (one click from a drift alert) or by the project's policy, which needs a
 budget since nobody watches what it spends, and never runs two re-searches of one grader at
-once."""
+once. The policy runs after labels arrive (research_watch_soon, a debounced task): a drift
+alert starts one re-search, and no second one on the same labels (research_on_drift)."""
 
 from dataclasses import dataclass
 from typing import Any
 
+from django.core.cache import cache
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Max, Q
 
+from graders.drift import drift_labels, drift_report, grader_selection, promoted_graders
 from graders.models import (
     Candidate,
     CandidateStatus,
@@ -141,6 +144,63 @@ def research_maybe_start(project: Project, grader: Metagrader) -> SearchRun | No
             )
         except SearchInvalid as exc:
             raise ResearchInvalid(f"cannot re-search {grader.name}: {exc}") from exc
+
+
+# Labels arriving within this many seconds of one another are looked at by one policy round.
+WATCH_DELAY_S = 10
+
+
+@dataclass(frozen=True)
+class DriftResearch:
+    """What the policy did about one promoted grader: the search it started, or why none."""
+
+    grader: Metagrader
+    search: SearchRun | None
+    reason: str
+
+
+def research_watch_soon(project: Project) -> bool:
+    """Run the policy's round (research_on_drift) in the background a few seconds after this
+    transaction commits, once for the labels of that interval. Nothing when the policy is off.
+    Returns whether this call enqueued the round."""
+    from graders.tasks import research_watch_task
+
+    if not project.research_auto or not cache.add(f"research-watch:{project.pk}", 1, WATCH_DELAY_S):
+        return False
+    research_watch_task.apply_async_on_commit((project.pk,), countdown=WATCH_DELAY_S)
+    return True
+
+
+def research_on_drift(project: Project) -> list[DriftResearch]:
+    """The policy's round: for each promoted grader whose drift alert is raised, start a
+    re-search within the project's budget (research_maybe_start), unless one warm-started
+    from it was created after the newest fresh label: that one already saw every label
+    behind the alert, and repeating it would spend the budget on the same evidence. A new
+    label re-arms it. Raises ResearchInvalid like research_maybe_start."""
+    if not project.research_auto:
+        return []
+    decisions = []
+    for grader in promoted_graders(project=project):
+        if not drift_report(grader=grader, summary=True)["alert"]:
+            decisions.append(DriftResearch(grader, None, "no drift alert"))
+            continue
+        newest = _newest_fresh_label(grader)
+        if SearchRun.objects.filter(warm_start=grader, created_at__gte=newest).exists():
+            reason = "re-searched since the newest fresh label"
+            decisions.append(DriftResearch(grader, None, reason))
+            continue
+        search = research_maybe_start(project, grader)
+        reason = "started" if search else "a re-search of this grader is queued or running"
+        decisions.append(DriftResearch(grader, search, reason))
+    return decisions
+
+
+def _newest_fresh_label(grader: Metagrader) -> Any:
+    snapshot = grader_selection(grader=grader).snapshot
+    fresh = drift_labels(grader.project)
+    if snapshot is not None:
+        fresh = fresh.filter(created_at__gt=snapshot.created_at)
+    return fresh.aggregate(newest=Max("created_at"))["newest"]
 
 
 def grader_comparison(*, search: SearchRun, old: Metagrader, new: Metagrader) -> Comparison | None:

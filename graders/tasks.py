@@ -7,9 +7,11 @@ from celery import shared_task
 from celery.signals import worker_ready
 
 from graders.grading import grading_run_execute
+from graders.research import ResearchInvalid, research_on_drift
 from graders.search import search_run_execute
 from graders.synthesis.execute import synthesis_run_execute
 from graders.synthesis.sweep_run import sweep_execute
+from labeling.models import Project
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +34,25 @@ def synthesis_run_task(run_id: int) -> dict[str, Any]:
 @shared_task(acks_late=True, reject_on_worker_lost=True)
 def synthesis_sweep_task(sweep_id: int) -> dict[str, Any]:
     return sweep_execute(sweep_id=sweep_id)
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True, time_limit=600)
+def research_watch_task(project_id: int) -> dict[str, Any]:
+    """The automatic re-search policy's round after labels arrived (graders/research.py). A
+    second delivery finds the search the first started and starts none."""
+    project = Project.objects.filter(pk=project_id).first()
+    if project is None:
+        return {"project": project_id, "missing": True}
+    try:
+        decisions = research_on_drift(project)
+    except ResearchInvalid as exc:
+        logger.warning("automatic re-search in project %s: %s", project.slug, exc)
+        return {"project": project_id, "error": str(exc)}
+    return {
+        "project": project_id,
+        "graders": {str(d.grader.pk): d.reason for d in decisions},
+        "started": [d.search.pk for d in decisions if d.search is not None],
+    }
 
 
 @worker_ready.connect

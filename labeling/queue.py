@@ -37,6 +37,7 @@ from labeling.models import (
     SynthesisDraw,
     Task,
 )
+from labeling.signals import label_submitted
 from labeling.strategies import (
     CandidatePair,
     PairsWithinGroups,
@@ -485,6 +486,7 @@ def label_submit(*, assignment: QueueAssignment, label: LabelInput) -> Preferenc
         # After the label's commit: every annotator's label updates this one project row, so
         # its lock is held for one statement, not for a whole label transaction.
         _labels_count(pair.project)
+        label_submitted.send(sender=Preference, project=pair.project)
     return new
 
 

@@ -15,7 +15,7 @@ from django.db import transaction
 from graders.engine.metrics import (
     ranking_accuracy,
 )
-from graders.evaluation import reference_pairs
+from graders.evaluation import PREFERENCES_REFERENCE, reference_pairs
 from graders.models import Grade, GradingItem, GradingRun, ItemStatus, Metagrader
 from graders.services import grading_run_start
 from labeling.jobs import job_cancel
@@ -25,7 +25,9 @@ from reviews.rubric_grader import rubric_judge, rubric_writer
 REFERENCE_NAMES = {
     ScoreProvider.TRUE_GRADER: "true-grader scores",
     ScoreProvider.EXPERT: "expert scores",
-    "human_preferences": "expert preferences",
+    PREFERENCES_REFERENCE: "expert preferences",
+    f"{ScoreProvider.TRUE_GRADER}+preferences": "true-grader scores and expert preferences",
+    f"{ScoreProvider.EXPERT}+preferences": "expert scores and expert preferences",
 }
 
 
