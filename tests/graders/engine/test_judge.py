@@ -492,6 +492,7 @@ def test_api_key_is_sent_as_bearer_token(
                     "schema": {
                         "type": "object",
                         "properties": {"score": {"type": "number", "maximum": 1}},
+                        "additionalProperties": False,
                     },
                     "strict": True,
                 },
