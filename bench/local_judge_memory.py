@@ -108,7 +108,7 @@ def main() -> None:
     parser.add_argument("--compare", action="store_true")
     args = parser.parse_args()
     host_ms = cpu_meter.host_speed_ms()
-    configs = [("capped", LOCAL_JUDGE_CACHE_RAM_MIB)]
+    configs = [("product setting", LOCAL_JUDGE_CACHE_RAM_MIB)]
     if args.compare:
         configs.append(("llama.cpp default", LLAMA_DEFAULT_CACHE_RAM_MIB))
     lines = []
