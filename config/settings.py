@@ -55,6 +55,9 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "rest_framework",
+    # Swagger UI's files for the API docs page (graders/token_views.api_docs_page), served
+    # from our own static files: no CDN.
+    "drf_spectacular_sidecar",
     "labeling",
     "graders",
     "reviews",

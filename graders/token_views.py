@@ -106,3 +106,16 @@ def token_revoke_view(request: HttpRequest, slug: str, token_id: int) -> HttpRes
 def _task_example(project: Project) -> str:
     tasks = Task.objects.filter(project=project).order_by("pk")
     return tasks.values_list("external_id", flat=True).first() or "t1"
+
+
+@require_http_methods(["GET"])
+@login_required
+def api_docs_page(request: HttpRequest, slug: str) -> HttpResponse:
+    """The reward API's reference, rendered in the browser by Swagger UI (served from the
+    drf-spectacular-sidecar package, never a CDN) from the schema the API itself serves."""
+    access = project_access(user=request.user, slug=slug, perm=Perm.SEE_SOURCES)
+    return render(
+        request,
+        "graders/api_docs.html",
+        {"project": access.project, "access": access, "schema_url": reverse("api-schema")},
+    )

@@ -8,6 +8,7 @@ urlpatterns = [
     path("p/<slug:slug>/tasks/", views.task_list, name="task-list"),
     path("p/<slug:slug>/tasks/<path:task_id>/", views.task_page, name="task-detail"),
     path("p/<slug:slug>/import/", views.import_page, name="import"),
+    path("p/<slug:slug>/import/sample.jsonl", views.import_sample, name="import-sample"),
     path("p/<slug:slug>/export/", views.export_download, name="export"),
     path("p/<slug:slug>/splits/", views.splits_page, name="splits"),
     path("p/<slug:slug>/label/", label_views.label_page, name="label"),

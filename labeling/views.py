@@ -7,6 +7,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import (
+    FileResponse,
     Http404,
     HttpRequest,
     HttpResponse,
@@ -23,6 +24,7 @@ from labeling.access import Perm, job_access, project_access
 from labeling.exports import EXPORT_KINDS, export_records
 from labeling.forms import ImportForm, SplitForm, TaskFilterForm
 from labeling.import_jobs import UploadTooLarge, import_upload, rejection_payload
+from labeling.import_reference import SAMPLE_NAME, SAMPLE_PATH, import_reference
 from labeling.imports import ImportRejected
 from labeling.jobs import job_cancel
 from labeling.jsonl import jsonl_lines
@@ -112,7 +114,12 @@ def task_page(request: HttpRequest, slug: str, task_id: str) -> HttpResponse:
 def import_page(request: HttpRequest, slug: str) -> HttpResponse:
     access = project_access(user=request.user, slug=slug, perm=Perm.IMPORT)
     form = ImportForm(request.POST or None, request.FILES or None)
-    context: dict[str, Any] = {"access": access, "project": access.project, "form": form}
+    context: dict[str, Any] = {
+        "access": access,
+        "project": access.project,
+        "form": form,
+        "reference": import_reference(),
+    }
     if request.method == "POST" and form.is_valid():
         upload = form.cleaned_data["file"]
         try:
@@ -130,6 +137,19 @@ def import_page(request: HttpRequest, slug: str) -> HttpResponse:
         messages.success(request, outcome.summary())
         return redirect("project-overview", slug=slug)
     return render(request, "labeling/import.html", context, status=400 if form.errors else 200)
+
+
+@require_GET
+@login_required
+def import_sample(request: HttpRequest, slug: str) -> HttpResponseBase:
+    """A small file in the import format with every kind of labeling record, to start from."""
+    project_access(user=request.user, slug=slug, perm=Perm.IMPORT)
+    return FileResponse(
+        SAMPLE_PATH.open("rb"),
+        as_attachment=True,
+        filename=SAMPLE_NAME,
+        content_type="application/jsonl",
+    )
 
 
 @require_GET

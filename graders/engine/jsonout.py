@@ -137,8 +137,10 @@ def wire_schema(schema: dict[str, Any]) -> dict[str, Any]:
 
 def _is_object_schema(schema: dict[str, Any]) -> bool:
     kind = schema.get("type")
-    return kind == "object" or (isinstance(kind, list) and "object" in kind) or (
-        kind is None and "properties" in schema
+    return (
+        kind == "object"
+        or (isinstance(kind, list) and "object" in kind)
+        or (kind is None and "properties" in schema)
     )
 
 
