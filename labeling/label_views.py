@@ -196,7 +196,7 @@ def _queue_render(
     project = access.project
     specs = strategy_specs()
     labels = {spec.name: spec.label for spec in specs}
-    names = list(project.dimensions.values_list("name", flat=True))
+    names = list(project.dimensions.filter(retired_at__isnull=True).values_list("name", flat=True))
     context: dict[str, Any] = {
         "access": access,
         "project": project,
@@ -231,7 +231,7 @@ def queue_page(request: HttpRequest, slug: str) -> HttpResponse:
     if request.method == "GET":
         return _queue_render(request, access)
     project = project_access(user=request.user, slug=slug, perm=Perm.MANAGE).project
-    names = list(project.dimensions.values_list("name", flat=True))
+    names = list(project.dimensions.filter(retired_at__isnull=True).values_list("name", flat=True))
     form = QueueBuildForm(request.POST, dimension_names=names)
     if not form.is_valid():
         return _queue_render(request, access, build=form)

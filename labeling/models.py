@@ -114,6 +114,33 @@ class Project(models.Model):
         return self.name
 
 
+class ProjectChange(models.Model):
+    """One change to a project's settings, dimensions or members made in the app: who, when,
+    and each changed field's old and new value ({"field": [old, new]})."""
+
+    class Kind(models.TextChoices):
+        SETTINGS = "settings", "Settings"
+        DIMENSION = "dimension", "Dimension"
+        MEMBER = "member", "Member"
+        CREATED = "created", "Created"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="changes")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    at = models.DateTimeField(auto_now_add=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    subject = models.CharField(max_length=200, blank=True, default="")
+    detail = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-pk"]
+        indexes = [models.Index(fields=["project", "-at"], name="project_change_recent")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.subject} in {self.project} at {self.at:%Y-%m-%d %H:%M}"
+
+
 class Membership(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
@@ -151,6 +178,8 @@ class Dimension(models.Model):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="dimensions")
     name = models.CharField(max_length=100)
     description = models.TextField(blank=True)
+    # A retired dimension keeps its labels (exports, agreement) but gets no new queue blocks.
+    retired_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["name"]

@@ -1,10 +1,32 @@
 from django.urls import path
 
-from labeling import label_views, views
+from labeling import label_views, settings_views, views
 
 urlpatterns = [
     path("", views.project_list, name="project-list"),
+    path("projects/new/", settings_views.project_new, name="project-new"),
     path("p/<slug:slug>/", views.project_overview_page, name="project-overview"),
+    path("p/<slug:slug>/settings/", settings_views.settings_page, name="project-settings"),
+    path(
+        "p/<slug:slug>/settings/dimensions/",
+        settings_views.dimension_add_view,
+        name="project-dimension-add",
+    ),
+    path(
+        "p/<slug:slug>/settings/dimensions/<int:dimension_id>/",
+        settings_views.dimension_update_view,
+        name="project-dimension-update",
+    ),
+    path(
+        "p/<slug:slug>/settings/members/",
+        settings_views.member_add_view,
+        name="project-member-add",
+    ),
+    path(
+        "p/<slug:slug>/settings/members/<int:membership_id>/",
+        settings_views.member_update_view,
+        name="project-member-update",
+    ),
     path("p/<slug:slug>/tasks/", views.task_list, name="task-list"),
     path("p/<slug:slug>/tasks/<path:task_id>/", views.task_page, name="task-detail"),
     path("p/<slug:slug>/import/", views.import_page, name="import"),
