@@ -29,6 +29,7 @@ from labeling.imports import ImportRejected
 from labeling.jobs import job_cancel
 from labeling.jsonl import jsonl_lines
 from labeling.models import Job, Project, Task
+from labeling.next_steps import next_step
 from labeling.overview_panels import overview_alerts
 from labeling.selectors import (
     memberships_for_user,
@@ -63,6 +64,7 @@ def project_overview_page(request: HttpRequest, slug: str) -> HttpResponse:
         "project": access.project,
         "overview": project_overview(project=access.project),
         "alerts": overview_alerts(access),
+        "next_step": next_step(access, request.user),
     }
     return render(request, "labeling/project_overview.html", context)
 
