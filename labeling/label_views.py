@@ -12,6 +12,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from labeling.access import Perm, ProjectAccess, project_access
+from labeling.agreement_charts import confidence_bars, kappa_heatmap
 from labeling.agreement_stats import agreement_report, annotator_summaries
 from labeling.criterion_grading import GradesRejected, ItemMark, criterion_grades_submit
 from labeling.forms import QueueBuildForm, QueueStrategyForm
@@ -302,6 +303,9 @@ def agreement_page(request: HttpRequest, slug: str) -> HttpResponse:
         return render(request, "labeling/agreement_panel.html", context)
     labels = agreement_labels(project=access.project)
     context["report"] = agreement_report(labels, dimension=dimension)
+    context["kappa_chart"] = kappa_heatmap(context["report"])
+    shown = [label for label in labels if dimension is None or label.dimension == dimension]
+    context["confidence_chart"] = confidence_bars(shown)
     return render(request, "labeling/agreement.html", context)
 
 
