@@ -1,0 +1,112 @@
+"""The runtime's wheel, built by pip from graders/engine/pyproject.toml: it holds exactly the
+import closure of graders.engine.runtime (so a module added to the closure and not to the
+packaging list fails here), that closure needs only the standard library and the three HTTP
+libraries the wheel depends on, and the wheel installs and passes the runtime's own tests in a
+fresh venv of each Python from 3.10 to 3.13."""
+
+import subprocess
+import sys
+import tomllib
+import zipfile
+from email.parser import Parser
+from fnmatch import fnmatch
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+from tests.runtime_wheel.wheel import (
+    INTERPRETERS,
+    PYTEST,
+    REPO,
+    closure_files,
+    runtime_closure,
+    runtime_tests_run,
+    runtime_tests_tree,
+    wheel_build,
+    wheel_names,
+    wheel_venv,
+)
+
+HTTP_LIBRARIES = {"httpx", "aiohttp", "httpx_aiohttp"}
+# aiohttp's own dependency, whose header type judge_http names.
+VIA_AIOHTTP = {"multidict"}
+PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return wheel_build(tmp_path_factory.mktemp("runtime-wheel"))
+
+
+def test_the_wheel_holds_the_runtime_s_import_closure_and_nothing_else(wheel: Path) -> None:
+    names = wheel_names(wheel)
+    metadata = {name for name in names if name.split("/")[0].endswith(".dist-info")}
+    modules = names - metadata
+
+    assert modules == closure_files()
+    assert {"graders/engine/runtime.py", "graders/engine/trainers/verl.py"} <= modules
+    # Nothing of the workbench's Django side: no app module, model, template or migration.
+    assert not {name for name in modules if not name.endswith(".py")}
+    assert not {name for name in modules if name.split("/")[0] != "graders"}
+    assert "graders/models.py" not in modules
+    assert not {name for name in modules if "migrations" in name or "synthesis" in name}
+
+
+def test_the_closure_imports_only_the_standard_library_and_the_three_http_libraries() -> None:
+    closure = runtime_closure()
+    allowed = set(sys.stdlib_module_names) | HTTP_LIBRARIES | VIA_AIOHTTP | {"graders"}
+
+    outside = {module: names - allowed for module, names in closure.items() if names - allowed}
+
+    assert outside == {}
+    assert {"graders.engine.judge_http", "graders.engine.trainers.groups"} <= closure.keys()
+    assert not {"graders.engine.metrics", "graders.engine.baseline"} & closure.keys()
+
+
+def test_the_wheel_carries_the_project_s_version_and_its_http_ranges(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        (metadata_name,) = (name for name in archive.namelist() if name.endswith("/METADATA"))
+        metadata = Parser().parsestr(archive.read(metadata_name).decode())
+    requires = {Requirement(line) for line in metadata.get_all("Requires-Dist", [])}
+    workbench = {Requirement(line) for line in PROJECT["project"]["dependencies"]}
+
+    assert metadata["Name"] == "grading-workbench-runtime"
+    assert metadata["Version"] == PROJECT["project"]["version"]
+    assert metadata["Requires-Python"] == ">=3.10"
+    assert {requirement.name for requirement in requires} == {"httpx", "httpx-aiohttp", "aiohttp"}
+    # The same ranges as the workbench's own, which the engine's tests run with.
+    assert requires <= workbench
+
+
+def test_ruff_keeps_every_module_of_the_closure_to_python_3_10_syntax() -> None:
+    patterns = PROJECT["tool"]["ruff"]["per-file-target-version"]
+
+    unguarded = {
+        path
+        for path in closure_files()
+        if not any(fnmatch(path, pattern) and patterns[pattern] == "py310" for pattern in patterns)
+    }
+
+    assert unguarded == set()
+
+
+@pytest.mark.parametrize("version", sorted(INTERPRETERS))
+def test_the_runtime_s_tests_pass_against_the_installed_wheel(
+    version: str, wheel: Path, tmp_path: Path
+) -> None:
+    python = INTERPRETERS[version]
+    if not python.exists():
+        pytest.skip(f"no Python {version} here ({python})")
+    venv_python = wheel_venv(python, wheel, tmp_path / "venv", PYTEST)
+
+    result = runtime_tests_run(venv_python, runtime_tests_tree(tmp_path / "tree"))
+
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+    assert " passed" in result.stdout.splitlines()[-1]
+    imported = subprocess.run(
+        [str(venv_python), "-c", "import graders.engine.runtime, sys; print(sorted(sys.modules))"],
+        capture_output=True, text=True, check=True, cwd=tmp_path,
+    ).stdout  # fmt: skip
+    for absent in ("django", "numpy", "labeling", "reviews", "config"):
+        assert f"'{absent}'" not in imported
