@@ -1,6 +1,6 @@
 """Build the runtime's wheel, find its import closure in the source, and run the runtime's own
-tests against the installed wheel in a fresh venv of a given interpreter. Used by the tests
-beside this file and by bench/runtime_import.py."""
+tests against the installed wheel in a venv of a given interpreter. Used by the tests beside
+this file, by .ci/runtime-wheel (which builds the venvs) and by bench/runtime_import.py."""
 
 import ast
 import os
@@ -15,6 +15,7 @@ PACKAGING = REPO / "graders" / "engine"  # where the runtime's pyproject.toml li
 ENTRY = "graders.engine.runtime"
 # The pyenv builds on this machine, one per minor version the runtime supports.
 PYENV = Path.home() / ".pyenv" / "versions"
+VENVS = REPO / ".venv-runtime"  # .ci/runtime-wheel builds <version>/ there
 INTERPRETERS = {
     "3.10": PYENV / "3.10.13" / "bin" / "python3.10",
     "3.11": PYENV / "3.11.7" / "bin" / "python3.11",
@@ -102,12 +103,14 @@ def closure_files() -> set[str]:
     }
 
 
-def wheel_build(folder: Path) -> Path:
+def wheel_build(folder: Path, *, isolated: bool = True) -> Path:
     """The runtime's wheel, built by pip from graders/engine/pyproject.toml as the documented
-    command builds it."""
+    command builds it; `isolated=False` uses the hatchling of this venv (a dev dependency), so
+    that the build reaches no package index."""
+    isolation = [] if isolated else ["--no-build-isolation"]
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir",
-         str(folder), str(PACKAGING)],
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", *isolation,
+         "--wheel-dir", str(folder), str(PACKAGING)],
         check=True, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     (wheel,) = folder.glob("grading_workbench_runtime-*.whl")
@@ -126,18 +129,14 @@ def clean_environment() -> dict[str, str]:
     return {key: value for key, value in os.environ.items() if key not in dropped}
 
 
-def wheel_venv(python: Path, wheel: Path, folder: Path, *extra: str) -> Path:
-    """A fresh venv of `python` with the wheel (and its dependencies) installed, plus `extra`
-    requirements; returns the venv's interpreter."""
+def wheel_install(venv_python: Path, *requirements: str) -> None:
+    """pip install into a venv that has no pip of its own (.ci/runtime-wheel makes them so:
+    a current pip for every Python, and no bundled pip to set up per venv)."""
     subprocess.run(
-        [str(python), "-m", "venv", str(folder)], check=True, capture_output=True, timeout=300
-    )
-    venv_python = folder / "bin" / "python"
-    subprocess.run(
-        [str(venv_python), "-m", "pip", "install", "--quiet", str(wheel), *extra],
+        [sys.executable, "-m", "pip", "--python", str(venv_python), "install", "--quiet",
+         *requirements],
         check=True, capture_output=True, text=True, timeout=600, env=clean_environment(),
     )  # fmt: skip
-    return venv_python
 
 
 def runtime_tests_tree(folder: Path) -> Path:
