@@ -5,6 +5,8 @@ libraries the wheel depends on, and the wheel passes the runtime's own tests in 
 Python from 3.10 to 3.13 (.ci/runtime-wheel builds them with the wheel's dependencies from the
 package index; here the wheel of this checkout is reinstalled there with --no-deps, offline)."""
 
+import re
+import shlex
 import subprocess
 import sys
 import tomllib
@@ -79,6 +81,32 @@ def test_the_wheel_carries_the_project_s_version_and_its_http_ranges(wheel: Path
     assert {requirement.name for requirement in requires} == {"httpx", "httpx-aiohttp", "aiohttp"}
     # The same ranges as the workbench's own, which the engine's tests run with.
     assert requires <= workbench
+
+
+def test_the_documented_command_builds_the_same_wheel_from_the_git_repository(
+    wheel: Path, tmp_path: Path
+) -> None:
+    guide = (REPO / "docs" / "trainers.md").read_text()
+    (command,) = re.findall(r"^pip install .*git\+https://\S+$", guide, flags=re.MULTILINE)
+    assert "pip install ./graders/engine" in guide  # the checkout's variant
+    (requirement,) = shlex.split(command)[2:]
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False
+    )
+    if head.returncode != 0:
+        pytest.skip(f"{REPO} is no git repository")
+    # This repository at its last commit instead of the guide's placeholder address; built
+    # with this venv's hatchling, which needs no package index.
+    local = re.sub(r"git\+https://[^#]+", f"git+file://{REPO}@{head.stdout.strip()}", requirement)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+         "--wheel-dir", str(tmp_path), local],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+
+    (built,) = tmp_path.glob("*.whl")
+    assert built.name == wheel.name
+    assert wheel_names(built) == wheel_names(wheel)
 
 
 def test_ruff_keeps_every_module_of_the_closure_to_python_3_10_syntax() -> None:
