@@ -1,6 +1,7 @@
 """The runtime's wheel, built by pip from graders/engine/pyproject.toml: it holds exactly the
-import closure of graders.engine.runtime (so a module added to the closure and not to the
-packaging list fails here), that closure needs only the standard library and the three HTTP
+import closure of graders.engine.runtime and of the trainers package's modules, which a trainer
+may load by dotted path (so a module added to the closure and not to the packaging list fails
+here, and so does a module of trainers/ that imports beyond the closure); that closure needs only the standard library and the three HTTP
 libraries the wheel depends on, and the wheel passes the runtime's own tests in a venv of each
 Python from 3.10 to 3.13 (.ci/runtime-wheel builds them with the wheel's dependencies from the
 package index; here the wheel of this checkout is reinstalled there with --no-deps, offline)."""
@@ -24,6 +25,7 @@ from tests.runtime_wheel.wheel import (
     VENVS,
     closure_files,
     runtime_closure,
+    runtime_entries,
     runtime_tests_run,
     runtime_tests_tree,
     wheel_build,
@@ -150,8 +152,10 @@ def test_the_runtime_s_tests_pass_against_the_installed_wheel(
 
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
     assert " passed" in result.stdout.splitlines()[-1]
+    # Every entry a training job may import loads from the wheel alone, and brings no Django.
+    entries = ", ".join(runtime_entries())
     imported = subprocess.run(
-        [str(venv_python), "-c", "import graders.engine.runtime, sys; print(sorted(sys.modules))"],
+        [str(venv_python), "-c", f"import sys, {entries}; print(sorted(sys.modules))"],
         capture_output=True, text=True, check=True, cwd=tmp_path,
     ).stdout  # fmt: skip
     for absent in ("django", "numpy", "labeling", "reviews", "config"):

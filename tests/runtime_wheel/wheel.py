@@ -12,7 +12,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGING = REPO / "graders" / "engine"  # where the runtime's pyproject.toml lives
-ENTRY = "graders.engine.runtime"
+TRAINERS = REPO / "graders" / "engine" / "trainers"
 # The pyenv builds on this machine, one per minor version the runtime supports.
 PYENV = Path.home() / ".pyenv" / "versions"
 VENVS = REPO / ".venv-runtime"  # .ci/runtime-wheel builds <version>/ there
@@ -73,11 +73,18 @@ def _source(module: str) -> Path | None:
     return None
 
 
+def runtime_entries() -> list[str]:
+    """What a training job imports: graders.engine.runtime, and every module of the trainers
+    package, as a trainer may load one by its dotted path (a reward manager, a function)."""
+    trainers = [f"graders.engine.trainers.{path.stem}" for path in TRAINERS.glob("*.py")]
+    return ["graders.engine.runtime", *sorted(trainers)]
+
+
 def runtime_closure() -> dict[str, set[str]]:
-    """Every module of ours that `import graders.engine.runtime` loads, each with the
+    """Every module of ours that importing the runtime's entries loads, each with the
     top-level names of everything it imports (ours and third-party)."""
     closure: dict[str, set[str]] = {}
-    pending = [ENTRY]
+    pending = runtime_entries()
     while pending:
         module = pending.pop()
         if module in closure:
