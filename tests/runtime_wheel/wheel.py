@@ -12,7 +12,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGING = REPO / "graders" / "engine"  # where the runtime's pyproject.toml lives
-TRAINERS = REPO / "graders" / "engine" / "trainers"
+TRAINERS = PACKAGING / "trainers"
 # The pyenv builds on this machine, one per minor version the runtime supports.
 PYENV = Path.home() / ".pyenv" / "versions"
 VENVS = REPO / ".venv-runtime"  # .ci/runtime-wheel builds <version>/ there
@@ -23,17 +23,20 @@ INTERPRETERS = {
     "3.13": PYENV / "3.13.0" / "bin" / "python3.13",
 }
 # The engine tests that exercise the runtime and need nothing beyond it (no Django, numpy or
-# engine modules outside the closure), with the test modules and files they import.
+# engine modules outside the closure), by name in tests/graders/engine/, and below, the test
+# modules and files they import. A new test_runtime_*, test_follow_* or test_capture_client_*
+# file runs against the wheel too.
+ENGINE_TESTS = REPO / "tests" / "graders" / "engine"
 RUNTIME_TESTS = (
-    "tests/graders/engine/test_runtime.py",
-    "tests/graders/engine/test_follow.py",
-    "tests/graders/engine/test_capture_client.py",
-    "tests/graders/engine/test_trainer_docs.py",
-    "tests/graders/engine/test_judge.py",
-    "tests/graders/engine/test_egress.py",
-    "tests/graders/engine/test_jsonout.py",
-    "tests/graders/engine/test_reward.py",
-    "tests/graders/engine/test_slots.py",
+    "test_runtime*.py",
+    "test_follow*.py",
+    "test_capture_client*.py",
+    "test_trainer_docs.py",
+    "test_judge.py",
+    "test_egress.py",
+    "test_jsonout.py",
+    "test_reward.py",
+    "test_slots.py",
 )
 SUPPORT_FILES = (
     "tests/__init__.py",
@@ -45,7 +48,7 @@ SUPPORT_FILES = (
 )
 # test_judge's own code uses datetime.UTC (3.11+); the judge client it tests runs on 3.10 and
 # is exercised there through test_runtime.
-NEEDS_311 = ("tests/graders/engine/test_judge.py",)
+NEEDS_311 = {"tests/graders/engine/test_judge.py"}
 PYTEST = "pytest>=8,<10"
 
 
@@ -146,10 +149,16 @@ def wheel_install(venv_python: Path, *requirements: str) -> None:
     )  # fmt: skip
 
 
+def runtime_test_files() -> list[str]:
+    """The runtime's test modules, as paths inside the repository."""
+    found = {path for pattern in RUNTIME_TESTS for path in ENGINE_TESTS.glob(pattern)}
+    return sorted(str(path.relative_to(REPO)) for path in found)
+
+
 def runtime_tests_tree(folder: Path) -> Path:
     """A copy of the runtime's tests with no conftest of the workbench's (which set Django up)
     and no package of ours beside them, so `graders` can only come from the installed wheel."""
-    for name in (*RUNTIME_TESTS, *SUPPORT_FILES):
+    for name in (*runtime_test_files(), *SUPPORT_FILES):
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(REPO / name, folder / name)
     shutil.copyfile(Path(__file__).with_name("venv_conftest.py"), folder / "conftest.py")
@@ -163,7 +172,7 @@ def runtime_tests_run(venv_python: Path, tree: Path) -> subprocess.CompletedProc
         [str(venv_python), "-c", "import sys; print(sys.version_info[:2] >= (3, 11))"],
         check=True, capture_output=True, text=True,
     ).stdout.strip()  # fmt: skip
-    tests = [name for name in RUNTIME_TESTS if version == "True" or name not in NEEDS_311]
+    tests = [name for name in runtime_test_files() if version == "True" or name not in NEEDS_311]
     return subprocess.run(
         [str(venv_python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
         cwd=tree, capture_output=True, text=True, timeout=900, env=clean_environment(),
