@@ -6,12 +6,14 @@ Two passes keep memory bounded by the number of distinct record keys, never by t
    duplicates, and spool each record's line to a temporary file per record type.
 2. Write: inside one transaction, replay the spools in dependency order (dimensions, tasks,
    responses, rubrics, then labels) in batches. References are resolved against the database,
-   which by then holds this file's earlier types too, so records may come in any order.
+   which by then holds this file's earlier types too, so records may come in any order. On
+   PostgreSQL tasks and responses go by COPY (labeling/import_copy.py), in larger batches.
 
 Every problem of both passes is collected with its line number and field. If there is any, the
 transaction is rolled back and ImportRejected carries the list: nothing is written.
 """
 
+import hashlib
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -19,9 +21,10 @@ from itertools import batched
 from pathlib import Path
 from typing import IO, Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 
+from labeling.import_copy import StagedWriter, Tally
 from labeling.json_input import json_parse
 from labeling.models import (
     Annotator,
@@ -59,6 +62,8 @@ from labeling.records import (
 from labeling.rubric_items import rubric_items_replace, rubric_items_snapshot
 
 BATCH = 1000
+COPY_BATCH = 10_000  # rows per COPY into a staging table (PostgreSQL, tasks and responses)
+MAX_BATCH_BYTES = 64 * 1024 * 1024  # of raw lines per batch, so that big records stay few
 MAX_REPORTED_ERRORS = 1000
 
 Progress = Callable[[str, int, int], None]
@@ -169,17 +174,42 @@ class _Spool:
             kind: open(Path(folder) / f"{kind}.jsonl", "w+b")  # noqa: SIM115 (closed in close())
             for kind in RECORD_TYPES
         }
+        self.sizes = dict.fromkeys(RECORD_TYPES, 0)
 
-    def write(self, kind: str, line_number: int, raw: bytes) -> None:
-        self.files[kind].write(b"%d\t%s\n" % (line_number, raw))
+    def write(self, kind: str, line_number: int, raw: bytes) -> int:
+        """Append a line; return its offset in the kind's spool, for `record_at`."""
+        row = b"%d\t%s\n" % (line_number, raw)
+        self.files[kind].write(row)
+        offset = self.sizes[kind]
+        self.sizes[kind] += len(row)
+        return offset
 
-    def read(self, kind: str) -> Iterator[tuple[int, Any]]:
+    def record_at(self, kind: str, offset: int) -> Any:
+        """The record spooled at `offset`; later writes still append."""
+        handle = self.files[kind]
+        handle.flush()
+        handle.seek(offset)
+        raw = handle.readline().rstrip(b"\n").partition(b"\t")[2]
+        handle.seek(0, 2)
+        return record_parse(raw)
+
+    def batches(self, kind: str, rows: int) -> Iterator[list[tuple[int, Any]]]:
+        """The kind's records as (line number, record), up to `rows` or MAX_BATCH_BYTES of
+        lines at a time."""
         handle = self.files[kind]
         handle.flush()
         handle.seek(0)
+        batch: list[tuple[int, Any]] = []
+        size = 0
         for row in handle:
             number, _, raw = row.rstrip(b"\n").partition(b"\t")
-            yield int(number), record_parse(raw)
+            batch.append((int(number), record_parse(raw)))
+            size += len(row)
+            if len(batch) == rows or size >= MAX_BATCH_BYTES:
+                yield batch
+                batch, size = [], 0
+        if batch:
+            yield batch
 
     def close(self) -> None:
         for handle in self.files.values():
@@ -242,7 +272,10 @@ def _lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
 def _scan(
     path: Path, spool: _Spool, errors: _Errors, report: ImportReport, progress: Progress
 ) -> None:
-    seen: dict[tuple[Any, ...], tuple[int, bytes]] = {}
+    # Each key's first line, a digest of that line's bytes and its offset in the spool. A
+    # repeat with the same bytes is dropped at once; only one whose bytes differ is parsed
+    # again and compared by content (`fingerprint`), which spares most lines a serialization.
+    seen: dict[tuple[Any, ...], tuple[int, bytes, int]] = {}
     total = path.stat().st_size
     for number, offset, raw in _lines(path):
         report.lines += 1
@@ -256,10 +289,13 @@ def _scan(
                 errors.bad_lines.setdefault(named, number)
             continue
         key = record.key()
-        fingerprint = record.fingerprint()
+        digest = hashlib.blake2b(raw, digest_size=16).digest()
         earlier = seen.get(key)
         if earlier is not None:
-            if earlier[1] != fingerprint:
+            if (
+                earlier[1] != digest
+                and spool.record_at(record.type, earlier[2]).fingerprint() != record.fingerprint()
+            ):
                 errors.add(
                     number,
                     "id" if record.type in {"task", "response"} else "(record)",
@@ -267,9 +303,8 @@ def _scan(
                     f"{record.type.replace('_', ' ')} differently",
                 )
             continue
-        seen[key] = (number, fingerprint)
         report.counts[record.type] += 1
-        spool.write(record.type, number, raw)
+        seen[key] = (number, digest, spool.write(record.type, number, raw))
         if number % BATCH == 0:
             progress("Checking lines", offset, total)
     progress("Checking lines", total, total)
@@ -283,6 +318,7 @@ class _Writer:
         self.project = project
         self.errors = errors
         self.report = report
+        self.staged = StagedWriter(project.pk) if connection.vendor == "postgresql" else None
         # Draws may be split over batches: each cell's fields as first written (with its line)
         # and the line of every draw written, for the checks across a cell's draws.
         self.cells_seen: dict[tuple[int, str], tuple[int, tuple[Any, ...]]] = {}
@@ -298,6 +334,19 @@ class _Writer:
             self.report.unchanged[kind] += 1
         else:
             self.report.updated[kind] += 1
+
+    def tallied(self, kind: str, tally: Tally) -> None:
+        """Count records that were written together, as `tally` would one at a time."""
+        self.report.created[kind] += tally.created
+        self.report.updated[kind] += tally.updated
+        self.report.unchanged[kind] += tally.unchanged
+
+    def close(self) -> None:
+        if self.staged is not None:
+            self.staged.close()
+
+    def batch_rows(self, kind: str) -> int:
+        return COPY_BATCH if self.staged is not None and kind in {"task", "response"} else BATCH
 
     # Lookups shared by the label types -------------------------------------------------
 
@@ -366,6 +415,9 @@ class _Writer:
         return {ext: tuple(state) for ext, state in held.items()}
 
     def tasks(self, batch: list[tuple[int, TaskRecord]]) -> None:
+        if self.staged is not None:
+            self.tallied("task", self.staged.tasks(batch))
+            return
         fields = ["domain", "prompt", "instructions", "metadata"]
         held = self.tasks_held([r.id for _, r in batch])
         for _, r in batch:
@@ -421,6 +473,16 @@ class _Writer:
         stale.delete()
 
     def responses(self, batch: list[tuple[int, ResponseRecord]]) -> None:
+        if self.staged is not None:
+            tally, problems = self.staged.responses(batch)
+            self.tallied("response", tally)
+            for problem in problems:
+                if problem.task_missing:
+                    self.missing(problem.line, "task", "task", problem.task)
+                else:
+                    message = f"response {problem.response!r} already belongs to another task"
+                    self.errors.add(problem.line, "task", message)
+            return
         task_pks = self.tasks_by_id({r.task for _, r in batch})
         existing = self.responses_by_id({r.id for _, r in batch})
         held = {
@@ -1137,11 +1199,12 @@ def jsonl_import(
             try:
                 with transaction.atomic():
                     for kind, method in WRITE_ORDER:
-                        for batch in batched(spool.read(kind), BATCH):
-                            getattr(writer, method)(list(batch))
+                        for batch in spool.batches(kind, writer.batch_rows(kind)):
+                            getattr(writer, method)(batch)
                             if should_stop is not None and should_stop():
                                 raise ImportStopped
                     writer.synthesis_cells_check()
+                    writer.close()
                     if errors.total:
                         raise _Rollback
             except _Rollback:
