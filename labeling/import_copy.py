@@ -7,10 +7,12 @@ Upserts skip rows that would not change (`WHERE ... IS DISTINCT FROM ...`), so r
 rewrites nothing. Staging tables are created inside the import's transaction and dropped at its
 end; a rollback drops them too. COPY's text format escapes tabs, newlines and backslashes itself;
 NUL, which PostgreSQL text cannot hold, never gets here (records.record_parse refuses the line).
+Records become staging rows once, when the file is scanned, and are spooled as such, so the write
+pass parses nothing again.
 """
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from django.db import connection
@@ -64,8 +66,7 @@ SELECT count(*) FILTER (WHERE t.id IS NULL),
                SELECT jsonb_agg(jsonb_build_array(d.external_id, d.title, d.text)
                                 ORDER BY d.position)
                FROM {DOCUMENT} d WHERE d.task_id = t.id), '[]'::jsonb)
-       )),
-       count(*)
+       ))
 FROM {TASK_STAGE} s
 LEFT JOIN {TASK} t ON t.project_id = %(project)s AND t.external_id = s.external_id
 """
@@ -146,18 +147,52 @@ _TASK_UPSERTS = (_task_upsert(given=True), _task_upsert(given=False))
 
 
 def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, ensure_ascii=False)
+    return None if value is None else json.dumps(value)
+
+
+def _copy_field(value: str | None) -> str:
+    """A value as a field of COPY's text format: NULL is \\N, and a backslash, tab, newline
+    or carriage return inside a value is escaped with a backslash."""
+    if value is None:
+        return "\\N"
+    return (
+        value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    )
+
+
+def _task_fields(r: TaskRecord) -> tuple[str | None, ...]:
+    documents = [[d.id, d.title, d.text] for d in r.documents]
+    return (r.id, r.domain, r.prompt, r.instructions, _json(r.metadata), r.split, _json(documents))
+
+
+def _response_fields(r: ResponseRecord) -> tuple[str | None, ...]:
+    messages = None if r.messages is None else [m.model_dump(exclude_none=True) for m in r.messages]
+    return (r.id, r.task, r.content or "", _json(messages), r.source, _json(r.metadata))
+
+
+_FIELDS: dict[str, Callable[[Any], tuple[str | None, ...]]] = {
+    "task": _task_fields,
+    "response": _response_fields,
+}
+STAGED_KINDS = frozenset(_FIELDS)
 
 
 class StagedWriter:
-    """Writes batches of task and response records of one project; use inside the import's
-    transaction and call `close()` before it ends."""
+    """Stages and writes batches of task and response rows of one project. `row` turns a record
+    into its staging row when the file is scanned; the write methods take lists of such rows
+    and run inside the import's transaction, and `close()` before that ends."""
 
     def __init__(self, project_id: int) -> None:
         self.params = {"project": project_id}
         self.staged: set[str] = set()
 
-    def _stage(self, table: str, rows: Sequence[tuple[Any, ...]]) -> Any:
+    @staticmethod
+    def row(line: int, record: Any) -> bytes:
+        """The record (a task or a response) as its line of COPY text, line number first."""
+        fields = "\t".join(_copy_field(value) for value in _FIELDS[record.type](record))
+        return f"{line}\t{fields}\n".encode()
+
+    def _stage(self, table: str, rows: list[bytes]) -> Any:
         """COPY `rows` into `table` (emptied first); return the cursor, to run the rest on."""
         cursor = connection.cursor()
         if table in self.staged:
@@ -166,51 +201,19 @@ class StagedWriter:
             cursor.execute(f"CREATE TEMPORARY TABLE {table} ({_STAGES[table]}) ON COMMIT DROP")
             self.staged.add(table)
         with cursor.copy(f"COPY {table} FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row(row)
+            copy.write(b"".join(rows))
         return cursor
 
-    def tasks(self, batch: Sequence[tuple[int, TaskRecord]]) -> Tally:
-        rows = [
-            (
-                line,
-                r.id,
-                r.domain,
-                r.prompt,
-                r.instructions,
-                _json(r.metadata),
-                r.split,
-                _json([[d.id, d.title, d.text] for d in r.documents]),
-            )
-            for line, r in batch
-        ]
+    def tasks(self, rows: list[bytes]) -> Tally:
         with self._stage(TASK_STAGE, rows) as cursor:
             cursor.execute(_TASK_TALLY, self.params)
-            created, updated, total = cursor.fetchone()
+            created, updated = cursor.fetchone()
             for statement in (*_TASK_UPSERTS, _DOCUMENTS_STALE, _DOCUMENTS_UPSERT):
                 cursor.execute(statement, self.params)
-        return Tally(created, updated, total - created - updated)
+        return Tally(created, updated, len(rows) - created - updated)
 
-    def responses(
-        self, batch: Sequence[tuple[int, ResponseRecord]]
-    ) -> tuple[Tally, list[ResponseProblem]]:
+    def responses(self, rows: list[bytes]) -> tuple[Tally, list[ResponseProblem]]:
         """The tally of the responses written, and the problems of those that were not."""
-        rows = [
-            (
-                line,
-                r.id,
-                r.task,
-                r.content or "",
-                _json(
-                    None
-                    if r.messages is None
-                    else [m.model_dump(exclude_none=True) for m in r.messages]
-                ),
-                r.source,
-                _json(r.metadata),
-            )
-            for line, r in batch
-        ]
         with self._stage(RESPONSE_STAGE, rows) as cursor:
             cursor.execute(_RESPONSE_PROBLEMS, self.params)
             problems = [ResponseProblem(*row) for row in cursor.fetchall()]

@@ -24,7 +24,7 @@ from typing import IO, Any
 from django.db import connection, transaction
 from django.db.models import Q
 
-from labeling.import_copy import StagedWriter, Tally
+from labeling.import_copy import STAGED_KINDS, StagedWriter, Tally
 from labeling.json_input import json_parse
 from labeling.models import (
     Annotator,
@@ -167,49 +167,33 @@ class _Errors:
 
 
 class _Spool:
-    """One temporary file per record type holding 'line-number TAB raw-json' lines."""
+    """One temporary file per record type, one line per record: 'line-number TAB raw-json', or
+    for the kinds that go by COPY (PostgreSQL), the row to stage as COPY's text format has it."""
 
     def __init__(self, folder: str) -> None:
         self.files: dict[str, IO[bytes]] = {
             kind: open(Path(folder) / f"{kind}.jsonl", "w+b")  # noqa: SIM115 (closed in close())
             for kind in RECORD_TYPES
         }
-        self.sizes = dict.fromkeys(RECORD_TYPES, 0)
 
-    def write(self, kind: str, line_number: int, raw: bytes) -> int:
-        """Append a line; return its offset in the kind's spool, for `record_at`."""
-        row = b"%d\t%s\n" % (line_number, raw)
+    def write(self, kind: str, row: bytes) -> None:
         self.files[kind].write(row)
-        offset = self.sizes[kind]
-        self.sizes[kind] += len(row)
-        return offset
 
-    def record_at(self, kind: str, offset: int) -> Any:
-        """The record spooled at `offset`; later writes still append."""
-        handle = self.files[kind]
-        handle.flush()
-        handle.seek(offset)
-        raw = handle.readline().rstrip(b"\n").partition(b"\t")[2]
-        handle.seek(0, 2)
-        return record_parse(raw)
-
-    def batches(self, kind: str, rows: int) -> Iterator[list[tuple[int, Any]]]:
-        """The kind's records as (line number, record), up to `rows` or MAX_BATCH_BYTES of
-        lines at a time."""
+    def chunks(self, kind: str, rows: int) -> Iterator[list[bytes]]:
+        """The kind's lines, up to `rows` or MAX_BATCH_BYTES of them at a time."""
         handle = self.files[kind]
         handle.flush()
         handle.seek(0)
-        batch: list[tuple[int, Any]] = []
+        chunk: list[bytes] = []
         size = 0
         for row in handle:
-            number, _, raw = row.rstrip(b"\n").partition(b"\t")
-            batch.append((int(number), record_parse(raw)))
+            chunk.append(row)
             size += len(row)
-            if len(batch) == rows or size >= MAX_BATCH_BYTES:
-                yield batch
-                batch, size = [], 0
-        if batch:
-            yield batch
+            if len(chunk) == rows or size >= MAX_BATCH_BYTES:
+                yield chunk
+                chunk, size = [], 0
+        if chunk:
+            yield chunk
 
     def close(self) -> None:
         for handle in self.files.values():
@@ -259,22 +243,43 @@ def _file_kind_check(path: Path) -> None:
 
 
 def _lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
-    """Yield (line number, bytes read so far, line) for each non-blank line."""
+    """Yield (line number, its offset in the file, line) for each non-blank line."""
     offset = 0
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
-            offset += len(raw)
             stripped = raw.rstrip(b"\r\n")
             if stripped.strip():
                 yield number, offset, stripped
+            offset += len(raw)
+
+
+def _line_at(path: Path, offset: int) -> bytes:
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        return handle.readline().rstrip(b"\r\n")
+
+
+def _parsed(chunk: list[bytes]) -> list[tuple[int, Any]]:
+    """Spooled 'line-number TAB raw-json' lines as (line number, record)."""
+    batch = []
+    for row in chunk:
+        number, _, raw = row.rstrip(b"\n").partition(b"\t")
+        batch.append((int(number), record_parse(raw)))
+    return batch
 
 
 def _scan(
-    path: Path, spool: _Spool, errors: _Errors, report: ImportReport, progress: Progress
+    path: Path,
+    spool: _Spool,
+    staged: StagedWriter | None,
+    errors: _Errors,
+    report: ImportReport,
+    progress: Progress,
 ) -> None:
-    # Each key's first line, a digest of that line's bytes and its offset in the spool. A
-    # repeat with the same bytes is dropped at once; only one whose bytes differ is parsed
-    # again and compared by content (`fingerprint`), which spares most lines a serialization.
+    # Each key's first line, a digest of that line's bytes and its offset in the file. A
+    # repeat with the same bytes is dropped at once; only one whose bytes differ is compared
+    # by content (`fingerprint`) with the first, parsed again, which spares most lines a
+    # serialization.
     seen: dict[tuple[Any, ...], tuple[int, bytes, int]] = {}
     total = path.stat().st_size
     for number, offset, raw in _lines(path):
@@ -294,7 +299,7 @@ def _scan(
         if earlier is not None:
             if (
                 earlier[1] != digest
-                and spool.record_at(record.type, earlier[2]).fingerprint() != record.fingerprint()
+                and record_parse(_line_at(path, earlier[2])).fingerprint() != record.fingerprint()
             ):
                 errors.add(
                     number,
@@ -304,7 +309,11 @@ def _scan(
                 )
             continue
         report.counts[record.type] += 1
-        seen[key] = (number, digest, spool.write(record.type, number, raw))
+        seen[key] = (number, digest, offset)
+        if staged is not None and record.type in STAGED_KINDS:
+            spool.write(record.type, staged.row(number, record))
+        else:
+            spool.write(record.type, b"%d\t%s\n" % (number, raw))
         if number % BATCH == 0:
             progress("Checking lines", offset, total)
     progress("Checking lines", total, total)
@@ -314,11 +323,17 @@ class _Writer:
     """Writes one record type at a time, resolving references against the database, and tallies
     whether each record created, updated or left unchanged what the project held."""
 
-    def __init__(self, project: Project, errors: _Errors, report: ImportReport) -> None:
+    def __init__(
+        self,
+        project: Project,
+        staged: StagedWriter | None,
+        errors: _Errors,
+        report: ImportReport,
+    ) -> None:
         self.project = project
+        self.staged = staged
         self.errors = errors
         self.report = report
-        self.staged = StagedWriter(project.pk) if connection.vendor == "postgresql" else None
         # Draws may be split over batches: each cell's fields as first written (with its line)
         # and the line of every draw written, for the checks across a cell's draws.
         self.cells_seen: dict[tuple[int, str], tuple[int, tuple[Any, ...]]] = {}
@@ -341,12 +356,29 @@ class _Writer:
         self.report.updated[kind] += tally.updated
         self.report.unchanged[kind] += tally.unchanged
 
-    def close(self) -> None:
-        if self.staged is not None:
-            self.staged.close()
+    def write_batches(self, spool: _Spool, kind: str, method: str) -> Iterator[None]:
+        """Write the kind's spooled records a batch at a time, yielding after each."""
+        if self.staged is not None and kind in STAGED_KINDS:
+            for chunk in spool.chunks(kind, COPY_BATCH):
+                getattr(self, f"staged_{method}")(self.staged, chunk)
+                yield
+        else:
+            for chunk in spool.chunks(kind, BATCH):
+                getattr(self, method)(_parsed(chunk))
+                yield
 
-    def batch_rows(self, kind: str) -> int:
-        return COPY_BATCH if self.staged is not None and kind in {"task", "response"} else BATCH
+    def staged_tasks(self, staged: StagedWriter, rows: list[bytes]) -> None:
+        self.tallied("task", staged.tasks(rows))
+
+    def staged_responses(self, staged: StagedWriter, rows: list[bytes]) -> None:
+        tally, problems = staged.responses(rows)
+        self.tallied("response", tally)
+        for problem in problems:
+            if problem.task_missing:
+                self.missing(problem.line, "task", "task", problem.task)
+            else:
+                message = f"response {problem.response!r} already belongs to another task"
+                self.errors.add(problem.line, "task", message)
 
     # Lookups shared by the label types -------------------------------------------------
 
@@ -415,9 +447,6 @@ class _Writer:
         return {ext: tuple(state) for ext, state in held.items()}
 
     def tasks(self, batch: list[tuple[int, TaskRecord]]) -> None:
-        if self.staged is not None:
-            self.tallied("task", self.staged.tasks(batch))
-            return
         fields = ["domain", "prompt", "instructions", "metadata"]
         held = self.tasks_held([r.id for _, r in batch])
         for _, r in batch:
@@ -473,16 +502,6 @@ class _Writer:
         stale.delete()
 
     def responses(self, batch: list[tuple[int, ResponseRecord]]) -> None:
-        if self.staged is not None:
-            tally, problems = self.staged.responses(batch)
-            self.tallied("response", tally)
-            for problem in problems:
-                if problem.task_missing:
-                    self.missing(problem.line, "task", "task", problem.task)
-                else:
-                    message = f"response {problem.response!r} already belongs to another task"
-                    self.errors.add(problem.line, "task", message)
-            return
         task_pks = self.tasks_by_id({r.task for _, r in batch})
         existing = self.responses_by_id({r.id for _, r in batch})
         held = {
@@ -1188,23 +1207,24 @@ def jsonl_import(
     _file_kind_check(path)
     errors = _Errors()
     report = ImportReport()
+    staged = StagedWriter(project.pk) if connection.vendor == "postgresql" else None
     with tempfile.TemporaryDirectory(prefix="import-") as folder:
         spool = _Spool(folder)
         try:
-            _scan(path, spool, errors, report, report_progress)
+            _scan(path, spool, staged, errors, report, report_progress)
             if errors.total >= MAX_REPORTED_ERRORS:
                 raise ImportRejected(errors.items, errors.total)
-            writer = _Writer(project, errors, report)
+            writer = _Writer(project, staged, errors, report)
             report_progress("Writing records", 0, sum(report.counts.values()))
             try:
                 with transaction.atomic():
                     for kind, method in WRITE_ORDER:
-                        for batch in spool.batches(kind, writer.batch_rows(kind)):
-                            getattr(writer, method)(batch)
+                        for _ in writer.write_batches(spool, kind, method):
                             if should_stop is not None and should_stop():
                                 raise ImportStopped
                     writer.synthesis_cells_check()
-                    writer.close()
+                    if staged is not None:
+                        staged.close()
                     if errors.total:
                         raise _Rollback
             except _Rollback:
