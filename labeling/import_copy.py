@@ -1,24 +1,29 @@
 """The write pass of an import for tasks and responses on PostgreSQL, where most of a large file's
-rows are: each batch goes by COPY into a temporary staging table, and a few set-wise statements
+rows are: each kind goes by one COPY into a temporary staging table, and a few set-wise statements
 check it, count what it would create, update or leave unchanged, and upsert it. The ORM path of
-labeling/imports.py (SQLite, and every other record type) does the same one row object at a time.
+labeling/imports.py (SQLite, and every other record type) does the same a batch of row objects at
+a time.
+
+A staged row is the line number and the validated record as JSON (jsonb), serialized once when
+the file is scanned and spooled as such, so the write pass parses nothing again; the statements
+read the fields out of it. `exclude_none` leaves unset optional fields out (a NULL when read) and
+writes messages as the ORM path does. COPY's text format needs only the backslash escaped here:
+the JSON serializer escapes tabs, newlines and carriage returns itself. NUL, which PostgreSQL
+cannot store, never gets here (records.record_parse refuses the line).
 
 Upserts skip rows that would not change (`WHERE ... IS DISTINCT FROM ...`), so re-importing a file
 rewrites nothing. Staging tables are created inside the import's transaction and dropped at its
-end; a rollback drops them too. COPY's text format escapes tabs, newlines and backslashes itself;
-NUL, which PostgreSQL text cannot hold, never gets here (records.record_parse refuses the line).
-Records become staging rows once, when the file is scanned, and are spooled as such, so the write
-pass parses nothing again.
+end; a rollback drops them too.
 """
 
-import json
-from collections.abc import Callable
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from django.db import connection
 
 from labeling.models import Document, Response, Task
-from labeling.records import ResponseRecord, TaskRecord
+
+STAGED_KINDS = frozenset({"task", "response"})
 
 
 class Tally(NamedTuple):
@@ -43,19 +48,20 @@ RESPONSE = Response._meta.db_table
 TASK_STAGE = "import_task_stage"
 RESPONSE_STAGE = "import_response_stage"
 
-# Staged documents are one JSON array per task, [[id, title, text], ...] in the record's order,
-# the shape in which held documents are aggregated to compare them.
-_STAGES = {
-    TASK_STAGE: (
-        "line integer, external_id text, domain text, prompt text, instructions text, "
-        "metadata jsonb, split text, documents jsonb"
-    ),
-    RESPONSE_STAGE: (
-        "line integer, external_id text, task text, content text, messages jsonb, "
-        "source_model text, metadata jsonb"
-    ),
-}
+_TASKS = f"""(
+    SELECT doc ->> 'id' AS external_id, doc ->> 'domain' AS domain, doc ->> 'prompt' AS prompt,
+           doc ->> 'instructions' AS instructions, doc -> 'metadata' AS metadata,
+           doc ->> 'split' AS split, doc -> 'documents' AS documents
+    FROM {TASK_STAGE})"""
 
+_RESPONSES = f"""(
+    SELECT line, doc ->> 'id' AS external_id, doc ->> 'task' AS task,
+           coalesce(doc ->> 'content', '') AS content, doc -> 'messages' AS messages,
+           doc ->> 'source' AS source_model, doc -> 'metadata' AS metadata
+    FROM {RESPONSE_STAGE})"""
+
+# A staged task's documents are the record's [{id, title, text}, ...] in order: held ones are
+# aggregated in that shape to compare them.
 _TASK_TALLY = f"""
 SELECT count(*) FILTER (WHERE t.id IS NULL),
        count(*) FILTER (WHERE t.id IS NOT NULL AND (
@@ -63,11 +69,11 @@ SELECT count(*) FILTER (WHERE t.id IS NULL),
                IS DISTINCT FROM (s.domain, s.prompt, s.instructions, s.metadata,
                                  coalesce(s.split, t.split))
            OR s.documents IS DISTINCT FROM coalesce((
-               SELECT jsonb_agg(jsonb_build_array(d.external_id, d.title, d.text)
-                                ORDER BY d.position)
+               SELECT jsonb_agg(jsonb_build_object('id', d.external_id, 'title', d.title,
+                                                   'text', d.text) ORDER BY d.position)
                FROM {DOCUMENT} d WHERE d.task_id = t.id), '[]'::jsonb)
        ))
-FROM {TASK_STAGE} s
+FROM {_TASKS} s
 LEFT JOIN {TASK} t ON t.project_id = %(project)s AND t.external_id = s.external_id
 """
 
@@ -77,22 +83,22 @@ _TASK_UPSERT = """
 INSERT INTO {task} AS t (project_id, external_id, domain, prompt, instructions, metadata, split)
 SELECT %(project)s, external_id, domain, prompt, instructions, metadata,
        coalesce(split, 'unassigned')
-FROM {stage} WHERE split IS {given}
+FROM {tasks} s WHERE split IS {given}
 ON CONFLICT (project_id, external_id) DO UPDATE SET {assignments}
 WHERE ({held}) IS DISTINCT FROM ({wanted})
 """
 
 _DOCUMENTS_STALE = f"""
-DELETE FROM {DOCUMENT} d USING {TASK} t, {TASK_STAGE} s
+DELETE FROM {DOCUMENT} d USING {TASK} t, {_TASKS} s
 WHERE t.project_id = %(project)s AND t.external_id = s.external_id AND d.task_id = t.id
   AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(s.documents) e
-                  WHERE e.value ->> 0 = d.external_id)
+                  WHERE e.value ->> 'id' = d.external_id)
 """
 
 _DOCUMENTS_UPSERT = f"""
 INSERT INTO {DOCUMENT} AS d (task_id, external_id, title, text, position)
-SELECT t.id, e.value ->> 0, e.value ->> 1, e.value ->> 2, e.position - 1
-FROM {TASK_STAGE} s
+SELECT t.id, e.value ->> 'id', e.value ->> 'title', e.value ->> 'text', e.position - 1
+FROM {_TASKS} s
 JOIN {TASK} t ON t.project_id = %(project)s AND t.external_id = s.external_id
 CROSS JOIN LATERAL jsonb_array_elements(s.documents) WITH ORDINALITY AS e(value, position)
 ON CONFLICT (task_id, external_id) DO UPDATE
@@ -103,7 +109,7 @@ WHERE (d.title, d.text, d.position) IS DISTINCT FROM (excluded.title, excluded.t
 
 _RESPONSE_PROBLEMS = f"""
 SELECT s.line, s.external_id, s.task, t.id IS NULL
-FROM {RESPONSE_STAGE} s
+FROM {_RESPONSES} s
 LEFT JOIN {TASK} t ON t.project_id = %(project)s AND t.external_id = s.task
 LEFT JOIN {RESPONSE} r ON r.project_id = %(project)s AND r.external_id = s.external_id
 WHERE t.id IS NULL OR r.task_id <> t.id
@@ -116,7 +122,7 @@ WITH written AS (
     INSERT INTO {RESPONSE} AS r
         (project_id, task_id, external_id, content, messages, source_model, metadata)
     SELECT %(project)s, t.id, s.external_id, s.content, s.messages, s.source_model, s.metadata
-    FROM {RESPONSE_STAGE} s
+    FROM {_RESPONSES} s
     JOIN {TASK} t ON t.project_id = %(project)s AND t.external_id = s.task
     ON CONFLICT (project_id, external_id) DO UPDATE
     SET content = excluded.content, messages = excluded.messages,
@@ -135,7 +141,7 @@ def _task_upsert(given: bool) -> str:
     fields = ["domain", "prompt", "instructions", "metadata", *(["split"] if given else [])]
     return _TASK_UPSERT.format(
         task=TASK,
-        stage=TASK_STAGE,
+        tasks=_TASKS,
         given="NOT NULL" if given else "NULL",
         assignments=", ".join(f"{name} = excluded.{name}" for name in fields),
         held=", ".join(f"t.{name}" for name in fields),
@@ -146,84 +152,56 @@ def _task_upsert(given: bool) -> str:
 _TASK_UPSERTS = (_task_upsert(given=True), _task_upsert(given=False))
 
 
-def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value)
-
-
-def _copy_field(value: str | None) -> str:
-    """A value as a field of COPY's text format: NULL is \\N, and a backslash, tab, newline
-    or carriage return inside a value is escaped with a backslash."""
-    if value is None:
-        return "\\N"
-    return (
-        value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
-    )
-
-
-def _task_fields(r: TaskRecord) -> tuple[str | None, ...]:
-    documents = [[d.id, d.title, d.text] for d in r.documents]
-    return (r.id, r.domain, r.prompt, r.instructions, _json(r.metadata), r.split, _json(documents))
-
-
-def _response_fields(r: ResponseRecord) -> tuple[str | None, ...]:
-    messages = None if r.messages is None else [m.model_dump(exclude_none=True) for m in r.messages]
-    return (r.id, r.task, r.content or "", _json(messages), r.source, _json(r.metadata))
-
-
-_FIELDS: dict[str, Callable[[Any], tuple[str | None, ...]]] = {
-    "task": _task_fields,
-    "response": _response_fields,
-}
-STAGED_KINDS = frozenset(_FIELDS)
+def staged_row(line: int, record: Any) -> bytes:
+    """A task or response record as its line of COPY text: the line number, a tab, the JSON."""
+    document: bytes = record.__pydantic_serializer__.to_json(record, exclude_none=True)
+    return b"%d\t%s\n" % (line, document.replace(b"\\", b"\\\\"))
 
 
 class StagedWriter:
-    """Stages and writes batches of task and response rows of one project. `row` turns a record
-    into its staging row when the file is scanned; the write methods take lists of such rows
-    and run inside the import's transaction, and `close()` before that ends."""
+    """Writes the task and response rows (of `staged_row`) of one project, inside the import's
+    transaction; `close()` before that ends."""
 
     def __init__(self, project_id: int) -> None:
         self.params = {"project": project_id}
-        self.staged: set[str] = set()
+        self.staged: list[str] = []
 
-    @staticmethod
-    def row(line: int, record: Any) -> bytes:
-        """The record (a task or a response) as its line of COPY text, line number first."""
-        fields = "\t".join(_copy_field(value) for value in _FIELDS[record.type](record))
-        return f"{line}\t{fields}\n".encode()
-
-    def _stage(self, table: str, rows: list[bytes]) -> Any:
-        """COPY `rows` into `table` (emptied first); return the cursor, to run the rest on."""
+    def _stage(self, table: str, chunks: Iterable[list[bytes]]) -> tuple[Any, int]:
+        """COPY the rows into a new staging table; return the cursor (to run the rest on) and
+        how many rows there were."""
         cursor = connection.cursor()
-        if table in self.staged:
-            cursor.execute(f"TRUNCATE {table}")
-        else:
-            cursor.execute(f"CREATE TEMPORARY TABLE {table} ({_STAGES[table]}) ON COMMIT DROP")
-            self.staged.add(table)
+        cursor.execute(f"CREATE TEMPORARY TABLE {table} (line integer, doc jsonb) ON COMMIT DROP")
+        self.staged.append(table)
+        rows = 0
         with cursor.copy(f"COPY {table} FROM STDIN") as copy:
-            copy.write(b"".join(rows))
-        return cursor
+            for chunk in chunks:
+                copy.write(b"".join(chunk))
+                rows += len(chunk)
+        cursor.execute(f"ANALYZE {table}")
+        return cursor, rows
 
-    def tasks(self, rows: list[bytes]) -> Tally:
-        with self._stage(TASK_STAGE, rows) as cursor:
+    def tasks(self, chunks: Iterable[list[bytes]]) -> Tally:
+        cursor, rows = self._stage(TASK_STAGE, chunks)
+        with cursor:
             cursor.execute(_TASK_TALLY, self.params)
             created, updated = cursor.fetchone()
             for statement in (*_TASK_UPSERTS, _DOCUMENTS_STALE, _DOCUMENTS_UPSERT):
                 cursor.execute(statement, self.params)
-        return Tally(created, updated, len(rows) - created - updated)
+        return Tally(created, updated, rows - created - updated)
 
-    def responses(self, rows: list[bytes]) -> tuple[Tally, list[ResponseProblem]]:
+    def responses(self, chunks: Iterable[list[bytes]]) -> tuple[Tally, list[ResponseProblem]]:
         """The tally of the responses written, and the problems of those that were not."""
-        with self._stage(RESPONSE_STAGE, rows) as cursor:
+        cursor, rows = self._stage(RESPONSE_STAGE, chunks)
+        with cursor:
             cursor.execute(_RESPONSE_PROBLEMS, self.params)
             problems = [ResponseProblem(*row) for row in cursor.fetchall()]
             cursor.execute(_RESPONSE_UPSERT, self.params)
             created, updated = cursor.fetchone()
-        return Tally(created, updated, len(rows) - len(problems) - created - updated), problems
+        return Tally(created, updated, rows - len(problems) - created - updated), problems
 
     def close(self) -> None:
         """Drop the staging tables now (in tests the transaction outlives the import)."""
         if self.staged:
             with connection.cursor() as cursor:
-                cursor.execute(f"DROP TABLE {', '.join(sorted(self.staged))}")
+                cursor.execute(f"DROP TABLE {', '.join(self.staged)}")
             self.staged.clear()

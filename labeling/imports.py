@@ -24,7 +24,7 @@ from typing import IO, Any
 from django.db import connection, transaction
 from django.db.models import Q
 
-from labeling.import_copy import STAGED_KINDS, StagedWriter, Tally
+from labeling.import_copy import STAGED_KINDS, StagedWriter, Tally, staged_row
 from labeling.json_input import json_parse
 from labeling.models import (
     Annotator,
@@ -62,7 +62,6 @@ from labeling.records import (
 from labeling.rubric_items import rubric_items_replace, rubric_items_snapshot
 
 BATCH = 1000
-COPY_BATCH = 10_000  # rows per COPY into a staging table (PostgreSQL, tasks and responses)
 MAX_BATCH_BYTES = 64 * 1024 * 1024  # of raw lines per batch, so that big records stay few
 MAX_REPORTED_ERRORS = 1000
 
@@ -168,7 +167,8 @@ class _Errors:
 
 class _Spool:
     """One temporary file per record type, one line per record: 'line-number TAB raw-json', or
-    for the kinds that go by COPY (PostgreSQL), the row to stage as COPY's text format has it."""
+    for the kinds that go by COPY (PostgreSQL), the row to stage as COPY's text format has it
+    (import_copy.staged_row)."""
 
     def __init__(self, folder: str) -> None:
         self.files: dict[str, IO[bytes]] = {
@@ -311,7 +311,7 @@ def _scan(
         report.counts[record.type] += 1
         seen[key] = (number, digest, offset)
         if staged is not None and record.type in STAGED_KINDS:
-            spool.write(record.type, staged.row(number, record))
+            spool.write(record.type, staged_row(number, record))
         else:
             spool.write(record.type, b"%d\t%s\n" % (number, raw))
         if number % BATCH == 0:
@@ -357,21 +357,22 @@ class _Writer:
         self.report.unchanged[kind] += tally.unchanged
 
     def write_batches(self, spool: _Spool, kind: str, method: str) -> Iterator[None]:
-        """Write the kind's spooled records a batch at a time, yielding after each."""
+        """Write the kind's spooled records a batch at a time (all at once by COPY), yielding
+        after each."""
+        chunks = spool.chunks(kind, BATCH)
         if self.staged is not None and kind in STAGED_KINDS:
-            for chunk in spool.chunks(kind, COPY_BATCH):
-                getattr(self, f"staged_{method}")(self.staged, chunk)
-                yield
+            self.staged_write(self.staged, kind, chunks)
+            yield
         else:
-            for chunk in spool.chunks(kind, BATCH):
+            for chunk in chunks:
                 getattr(self, method)(_parsed(chunk))
                 yield
 
-    def staged_tasks(self, staged: StagedWriter, rows: list[bytes]) -> None:
-        self.tallied("task", staged.tasks(rows))
-
-    def staged_responses(self, staged: StagedWriter, rows: list[bytes]) -> None:
-        tally, problems = staged.responses(rows)
+    def staged_write(self, staged: StagedWriter, kind: str, chunks: Iterator[list[bytes]]) -> None:
+        if kind == "task":
+            self.tallied("task", staged.tasks(chunks))
+            return
+        tally, problems = staged.responses(chunks)
         self.tallied("response", tally)
         for problem in problems:
             if problem.task_missing:
