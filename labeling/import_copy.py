@@ -177,7 +177,6 @@ class StagedWriter:
             for chunk in chunks:
                 copy.write(b"".join(chunk))
                 rows += len(chunk)
-        cursor.execute(f"ANALYZE {table}")
         return cursor, rows
 
     def tasks(self, chunks: Iterable[list[bytes]]) -> Tally:
