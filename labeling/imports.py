@@ -7,7 +7,8 @@ Two passes keep memory bounded by the number of distinct record keys, never by t
 2. Write: inside one transaction, replay the spools in dependency order (dimensions, tasks,
    responses, rubrics, then labels) in batches. References are resolved against the database,
    which by then holds this file's earlier types too, so records may come in any order. On
-   PostgreSQL tasks and responses go by COPY (labeling/import_copy.py), in larger batches.
+   PostgreSQL tasks and responses, most of a large file, are spooled as rows to stage and go by
+   one COPY per type, then set-wise statements (labeling/import_copy.py).
 
 Every problem of both passes is collected with its line number and field. If there is any, the
 transaction is rolled back and ImportRejected carries the list: nothing is written.
@@ -248,7 +249,7 @@ def _lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
             stripped = raw.rstrip(b"\r\n")
-            if stripped.strip():
+            if stripped and not stripped.isspace():
                 yield number, offset, stripped
             offset += len(raw)
 
@@ -361,8 +362,9 @@ class _Writer:
         after each."""
         chunks = spool.chunks(kind, BATCH)
         if self.staged is not None and kind in STAGED_KINDS:
-            self.staged_write(self.staged, kind, chunks)
-            yield
+            if self.report.counts[kind]:
+                self.staged_write(self.staged, kind, chunks)
+                yield
         else:
             for chunk in chunks:
                 getattr(self, method)(_parsed(chunk))
