@@ -7,6 +7,8 @@ GPU, no rollout engine) and scores two prompts' responses the way RewardLoopMana
 worker its chunk. The scores must equal the workbench's grading of the same responses
 (tests/trainers/bundles.py); what cannot work must be refused when the worker is built."""
 
+import asyncio
+import inspect
 import json
 import re
 from pathlib import Path
@@ -14,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from graders.engine.runtime import load_bundle, verl_compute_score, verl_compute_score_async
 from tests.fakes.openai_server import FakeJudgeServer
 from tests.graders.engine.test_trainer_docs import DOC, block
 from tests.trainers.bundles import in_app_rewards, write_bundle
@@ -53,12 +56,16 @@ def reward_file(folder: Path, name: str, marker: str) -> Path:
 
 
 def verl_scores(
-    python: Path, folder: Path, overrides: list[str], files: dict[str, Path]
+    python: Path,
+    folder: Path,
+    overrides: list[str],
+    files: dict[str, Path],
+    groups: list[list[str]] = GROUPS,
 ) -> dict[str, Any]:
     for name, path in files.items():  # the guide names reward files relative to its job
         overrides = [o.replace(f"={name}", f"={path}") for o in overrides]
     request = folder / "request.json"
-    request.write_text(json.dumps({"overrides": overrides, "groups": GROUPS}))
+    request.write_text(json.dumps({"overrides": overrides, "groups": groups}))
     out = folder / "verl.json"
     run_in_trainer(python, SCRIPT, str(request), str(out), timeout=300)
     result: dict[str, Any] = json.loads(out.read_text())
@@ -161,3 +168,32 @@ def test_the_group_manager_refuses_at_startup_what_would_split_groups(
     assert "reward.num_workers=8" in reason  # verl's default
     assert "val_kwargs.n=1" in reason
     assert fake_judge.call_count == 0
+
+
+def test_a_group_still_short_after_the_wait_is_graded_as_it_stands(
+    verl_python: Path, tmp_path: Path, fake_judge: FakeJudgeServer
+) -> None:
+    bundle(tmp_path, "pairwise", fake_judge)
+    overrides = command_overrides("WorkbenchGroupRewardManager")
+    overrides.append("+reward.reward_kwargs.group_wait_s=1")
+    short = [["good", "excellent notice", "poor"]]  # 3 of rollout.n=8 responses ever arrive
+
+    result = verl_scores(verl_python, tmp_path, overrides, grouped(tmp_path), groups=short)
+
+    assert result["scores"] == pytest.approx(in_app_rewards("pairwise", fake_judge, short[0]))
+    assert result["scores"] == pytest.approx([0.5, 1.0, 0.0])
+
+
+@pytest.mark.parametrize("factory", [verl_compute_score, verl_compute_score_async])
+def test_the_group_form_called_per_sample_says_which_form_that_manager_needs(
+    tmp_path: Path, fake_judge: FakeJudgeServer, factory: Any
+) -> None:
+    grader = load_bundle(write_bundle(tmp_path, "pairwise", fake_judge))
+    compute_score = factory(grader, batch=True)
+    try:
+        with pytest.raises(ValueError, match="naive, dapo and rate_limited call compute_score per"):
+            called = compute_score(data_source="workbench", solution_str="good", ground_truth="")
+            if inspect.isawaitable(called):
+                asyncio.run(called)
+    finally:
+        grader.close()
