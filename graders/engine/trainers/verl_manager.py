@@ -64,10 +64,8 @@ class WorkbenchGroupRewardManager:
         self.config = config
         self.tokenizer = tokenizer
         self.group_size = int(config.actor_rollout_ref.rollout.n)
-        _startup_check(config, compute_score, self.group_size)
-        assert compute_score is not None  # _startup_check refuses None
-        self.compute_score = compute_score
-        self.is_async = inspect.iscoroutinefunction(compute_score)
+        self.compute_score = _startup_check(config, compute_score, self.group_size)
+        self.is_async = inspect.iscoroutinefunction(self.compute_score)
         reward_kwargs = config.reward.get("reward_kwargs") or {}
         self.group_wait_s = float(reward_kwargs.get(GROUP_WAIT_KEY, DEFAULT_GROUP_WAIT_S))
         self._groups: dict[str, _Group] = {}
@@ -124,10 +122,12 @@ class WorkbenchGroupRewardManager:
                 raise ValueError(f"{len(scores)} scores for {len(group.samples)} responses")
         except Exception as error:
             for answer in group.answers:
-                answer.set_exception(error)
+                if not answer.done():  # a caller that gave up (a timeout) has cancelled its own
+                    answer.set_exception(error)
             return
         for answer, score in zip(group.answers, scores, strict=True):
-            answer.set_result(dict(score))
+            if not answer.done():
+                answer.set_result(dict(score))
 
     async def _scores(self, samples: list[_Sample]) -> list[Mapping[str, Any]]:
         call = functools.partial(
@@ -143,7 +143,11 @@ class WorkbenchGroupRewardManager:
         return await asyncio.get_running_loop().run_in_executor(None, call)
 
 
-def _startup_check(config: Any, compute_score: Callable[..., Any] | None, group_size: int) -> None:
+def _startup_check(
+    config: Any, compute_score: Callable[..., Any] | None, group_size: int
+) -> Callable[..., Any]:
+    """The group-form compute_score, or ValueError naming every reason this setup cannot see
+    whole groups."""
     problems = []
     workers = int(config.reward.num_workers)
     if workers != 1:
@@ -172,9 +176,10 @@ def _startup_check(config: Any, compute_score: Callable[..., Any] | None, group_
             "verl_compute_score_async(grader, batch=True) (or any function of data_sources, "
             "solution_strs, ground_truths, extra_infos)"
         )
-    if problems:
+    if problems or compute_score is None:
         reasons = "; ".join(problems)
         raise ValueError(f"WorkbenchGroupRewardManager cannot grade whole groups: {reasons}")
+    return compute_score
 
 
 def _takes_groups(function: Callable[..., Any]) -> bool:
