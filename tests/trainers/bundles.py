@@ -33,8 +33,6 @@ TASK = TaskInput(
     instructions=LEASE_TASK["instructions"],
     documents=tuple(DocumentInput(d["id"], d["title"], d["text"]) for d in LEASE_TASK["documents"]),
 )
-# Words the quality judge and the rubric checks react to, for vocabularies of tiny models.
-JUDGED_WORDS = ("excellent", "good", "fair", "poor", "notice")
 
 
 def write_bundle(folder: Path, kind: str, judge: FakeJudgeServer) -> Path:

@@ -35,7 +35,7 @@ class TRLReward:
 
     A failed grade gets `failure_reward`; None makes TRL leave this function out of that
     completion's reward. `last_failures` counts the failed grades of the latest call; each
-    failure is also logged by the grader, and when TRL passes `log_metric` (TRL >= 1.0) the
+    failure is also logged by the grader, and when TRL passes `log_metric` (TRL 1.16 does) the
     call's share of failed grades goes there as `<__name__>/grader_failed`, which TRL averages
     into its logged metrics. `__name__` (default `grader_<bundle name>`) is what TRL logs the
     reward under.
