@@ -87,17 +87,32 @@ def expected_scores(kind: str, judge: FakeJudgeServer) -> tuple[list[float], lis
     return [0.0 if r is None else r for r in rewards], [float(r is None) for r in rewards]
 
 
-def per_sample(folder: Path) -> dict[str, Path]:
-    return {PER_SAMPLE_FILE: reward_file(folder, PER_SAMPLE_FILE, "_grader, failure_reward")}
+def per_sample(folder: Path, form: str = "async") -> dict[str, Path]:
+    path = reward_file(folder, PER_SAMPLE_FILE, "_grader, failure_reward")
+    if form == "sync":  # the guide's plain-function variant, which verl runs in a thread
+        path.write_text(path.read_text().replace("verl_compute_score_async", "verl_compute_score"))
+    return {PER_SAMPLE_FILE: path}
 
 
 def grouped(folder: Path) -> dict[str, Path]:
     return {GROUP_FILE: reward_file(folder, GROUP_FILE, "_grader, batch=True")}
 
 
-@pytest.mark.parametrize(("kind", "manager"), [("scalar", "naive"), ("rubric", "rate_limited")])
+@pytest.mark.parametrize(
+    ("kind", "manager", "form"),
+    [
+        ("scalar", "naive", "async"),
+        ("scalar", "naive", "sync"),
+        ("rubric", "rate_limited", "async"),
+    ],
+)
 def test_per_sample_scores_equal_the_workbench_grading(
-    verl_python: Path, tmp_path: Path, fake_judge: FakeJudgeServer, kind: str, manager: str
+    verl_python: Path,
+    tmp_path: Path,
+    fake_judge: FakeJudgeServer,
+    kind: str,
+    manager: str,
+    form: str,
 ) -> None:
     bundle(tmp_path, kind, fake_judge)
     overrides = command_overrides("reward.reward_manager.name=naive")
@@ -105,7 +120,7 @@ def test_per_sample_scores_equal_the_workbench_grading(
         overrides = [o for o in overrides if not o.startswith("reward.reward_manager.name=")]
         overrides += ["reward.reward_manager.name=rate_limited", "+reward.max_concurrent=32"]
 
-    result = verl_scores(verl_python, tmp_path, overrides, per_sample(tmp_path))
+    result = verl_scores(verl_python, tmp_path, overrides, per_sample(tmp_path, form))
 
     scores, failed = expected_scores(kind, fake_judge)
     assert result["manager"] == {"naive": "NaiveRewardManager"}.get(
