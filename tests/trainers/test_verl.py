@@ -171,16 +171,17 @@ def test_the_group_manager_refuses_at_startup_what_would_split_groups(
     verl_python: Path, tmp_path: Path, fake_judge: FakeJudgeServer
 ) -> None:
     bundle(tmp_path, "pairwise", fake_judge)
-    kept = ("reward.num_workers=", "actor_rollout_ref.rollout.val_kwargs.n=")
+    dropped = ("reward.num_workers=", "actor_rollout_ref.rollout.val_kwargs.n=", "data.train_")
     overrides = [
-        o for o in command_overrides("WorkbenchGroupRewardManager") if not o.startswith(kept)
+        o for o in command_overrides("WorkbenchGroupRewardManager") if not o.startswith(dropped)
     ]
 
     result = verl_scores(verl_python, tmp_path, overrides, grouped(tmp_path))
 
     (reason,) = result["startup_error"]
     assert reason.startswith("ValueError: WorkbenchGroupRewardManager cannot grade whole groups")
-    assert "reward.num_workers=8" in reason  # verl's default
+    assert "reward.num_workers=8" in reason  # verl's defaults
+    assert "data.train_batch_size x rollout.n = 8192 responses" in reason
     assert "val_kwargs.n=1" in reason
     assert fake_judge.call_count == 0
 

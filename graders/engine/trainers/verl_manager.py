@@ -14,10 +14,11 @@ answers each response with its own score. verl loads it by import:
 
 What cannot give whole groups is refused when verl builds the manager (trainer start), with
 the reason: more than one reward worker (verl sends each response to a worker of its choice,
-so a group's responses can land on different workers), rollout.n below 2, validation with a
-different number of samples per prompt than training, and a compute_score that is not a group
-form. A group still short of members after `group_wait_s` seconds (reward.reward_kwargs;
-default 600) is graded as it stands.
+so a group's responses can land on different workers), rollout.n below 2, more responses per
+training step than Ray runs calls at once on the worker (each waiting response holds a call),
+validation with a different number of samples per prompt than training, and a compute_score
+that is not a group form. A group still short of members after `group_wait_s` seconds
+(reward.reward_kwargs; default 600) is graded as it stands.
 
 The module imports nothing of verl until verl calls it, so that the runtime imports without it;
 the manager follows verl's RewardManagerBase protocol (`run_single`, `assemble_rm_scores`).
@@ -33,6 +34,9 @@ from typing import Any
 
 GROUP_WAIT_KEY = "group_wait_s"
 DEFAULT_GROUP_WAIT_S = 600.0
+# Ray runs at most this many calls at once on an async actor (its default max_concurrency),
+# and verl does not raise it for reward workers: a response waiting for its group holds one.
+RAY_ACTOR_CALLS = 1000
 
 
 @dataclass
@@ -160,6 +164,14 @@ def _startup_check(
         problems.append(
             f"actor_rollout_ref.rollout.n={group_size}: a pairwise grader needs at least 2 "
             "responses per prompt"
+        )
+    in_flight = int(config.data.train_batch_size) * group_size
+    if in_flight > RAY_ACTOR_CALLS:
+        problems.append(
+            f"data.train_batch_size x rollout.n = {in_flight} responses can wait for their "
+            f"groups at once, more than the {RAY_ACTOR_CALLS} calls Ray runs at a time on the "
+            "reward worker, so a group's last responses could queue behind waiting ones and "
+            f"groups would be graded in pieces; keep it at most {RAY_ACTOR_CALLS}"
         )
     validation_n = int(config.actor_rollout_ref.rollout.val_kwargs.n)
     trainer = config.trainer
