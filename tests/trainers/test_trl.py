@@ -9,7 +9,7 @@ equal the workbench's grading of the same completions (tests/trainers/bundles.py
 import asyncio
 import inspect
 import json
-import pickle
+import multiprocessing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,26 +47,41 @@ def test_failed_grades_reach_trl_through_log_metric(
     assert logged == [("expert/grader_failed", 0.5)]
 
 
-def test_the_async_reward_pickles_and_is_awaited_as_a_coroutine_function(
+def _reward_in_a_spawned_process(
+    reward: TRLAsyncReward, prompts: list[str], completions: list[str]
+) -> tuple[bool, bool, list[float | None]]:
+    """What AsyncGRPOTrainer's rollout worker does with a reward function: it arrives pickled
+    in a spawned interpreter and is awaited there."""
+
+    async def call() -> list[float | None]:
+        try:
+            return await reward(prompts=prompts, completions=completions)
+        finally:
+            await reward.reward.grader.aclose()
+
+    marked = asyncio.iscoroutinefunction(reward), inspect.iscoroutinefunction(reward)
+    return *marked, asyncio.run(call())
+
+
+def test_the_async_reward_pickles_into_a_spawned_process_and_is_awaited_there(
     tmp_path: Path, fake_judge: FakeJudgeServer
 ) -> None:
     grader = load_bundle(write_bundle(tmp_path, "pairwise", fake_judge))
     grader.score_group_sync("lease", [])  # a started loop and client must not stop pickling
-    original = TRLReward(grader, num_generations=2, name="expert_pairwise").as_async()
-    reward = pickle.loads(pickle.dumps(original))
-    grader.close()
-
-    async def call() -> list[float | None]:
-        try:
-            return await reward(prompts=[PROMPT] * 2, completions=["good", "excellent"])
-        finally:
-            await reward.reward.grader.aclose()
+    reward = TRLReward(grader, num_generations=2, name="expert_pairwise").as_async()
+    completions = ["good", "excellent"]
+    try:
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            by_asyncio, by_inspect, rewards = pool.apply(
+                _reward_in_a_spawned_process, (reward, [PROMPT] * 2, completions)
+            )
+    finally:
+        grader.close()
 
     assert isinstance(reward, TRLAsyncReward) and reward.__name__ == "expert_pairwise"
     # asyncio's test (older TRL releases) and inspect's (Python 3.12+), on the unpickled copy.
-    assert asyncio.iscoroutinefunction(reward)
-    assert inspect.iscoroutinefunction(reward)
-    assert asyncio.run(call()) == [0.0, 1.0]
+    assert by_asyncio and by_inspect
+    assert rewards == in_app_rewards("pairwise", fake_judge, completions) == [0.0, 1.0]
 
 
 def _grpo(
