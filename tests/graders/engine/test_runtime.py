@@ -766,7 +766,7 @@ def test_verl_per_sample_needs_the_task_in_extra_info(make_grader: Callable[...,
 def test_verl_per_sample_refuses_a_pairwise_grader(
     factory: Callable[..., Any], make_grader: Callable[..., Grader]
 ) -> None:
-    with pytest.raises(ValueError, match="use the batch reward manager"):
+    with pytest.raises(ValueError, match="WorkbenchGroupRewardManager"):
         factory(make_grader(PAIRWISE))
 
 

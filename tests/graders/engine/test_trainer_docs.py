@@ -4,6 +4,7 @@ training job. Blocks that need a trainer's own packages (TRL, datasets, pandas) 
 only: those packages are not ours to install here."""
 
 import ast
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -84,20 +85,29 @@ def test_the_bundle_check_prints_each_response_s_reward_and_the_usage(
     assert "'calls': 2" in printed[3]
 
 
-def test_verl_reward_file_scores_a_batch_by_task_id(bundle_in: Path) -> None:
-    namespace = run(block("verl_compute_score(_grader"), bundle_in)
-    compute_score = namespace["compute_score"]
-    try:
-        scores = compute_score(
-            ["workbench"] * 2,
-            ["An excellent answer: 60 days notice.", "A poor answer."],
-            ["", ""],
-            [{"task_id": "lease"}, {"task_id": "lease"}],
-        )
-    finally:
-        namespace["_grader"].close()
+def test_verl_reward_file_scores_one_response_by_task_id(bundle_in: Path) -> None:
+    # verl's own reward loop runs both reward files in tests/trainers/test_verl.py.
+    namespace = run(block("verl_compute_score_async(_grader, failure_reward"), bundle_in)
+    compute_score, grader = namespace["compute_score"], namespace["_grader"]
 
-    assert scores == [{"score": 1.0, "grader_failed": 0.0}, {"score": 0.25, "grader_failed": 0.0}]
+    async def like_verl() -> list[Any]:
+        try:
+            return [
+                await compute_score(
+                    data_source="workbench",
+                    solution_str=text,
+                    ground_truth="",
+                    extra_info={"task_id": "lease"},
+                )
+                for text in ("An excellent answer: 60 days notice.", "A poor answer.")
+            ]
+        finally:
+            await grader.aclose()
+
+    assert asyncio.run(like_verl()) == [
+        {"score": 1.0, "grader_failed": 0.0},
+        {"score": 0.25, "grader_failed": 0.0},
+    ]
 
 
 def test_openrlhf_reward_file_scores_queries_by_label(bundle_in: Path) -> None:
