@@ -36,7 +36,12 @@ from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers, status
 from rest_framework.exceptions import APIException
 
-from graders.engine.trainers.openrlhf import PARTIAL_CHOICES, PARTIAL_REFUSE, SPECIAL_TOKENS
+from graders.engine.trainers.openrlhf import (
+    PARTIAL_CHOICES,
+    PARTIAL_REFUSE,
+    SPECIAL_TOKENS,
+    strip_special_tokens,
+)
 from graders.models import ApiToken, Metagrader
 from graders.reward_grading import RequestJudgeCache, openrlhf_score
 
@@ -127,7 +132,7 @@ def get_reward_answer(
     tokens = options["special_tokens"]
     if "group_size" not in options:
         payload, answers = openrlhf_score(metagrader=metagrader, data=data, special_tokens=tokens)
-        return GetRewardAnswer(payload, answers, (data, payload))
+        return GetRewardAnswer(payload, answers, (_as_graded(data, tokens), payload))
     if len(data["query"]) != 1:
         raise serializers.ValidationError(
             {
@@ -175,7 +180,7 @@ class _Gathering:
         digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
         self.base = f"reward-gather:{digest[:40]}"
         self.ttl = math.ceil(self.wait_s + GRADE_WAIT_S + 60)
-        self.step = data.get("step")
+        self.run_step = {name: data[name] for name in ("run", "step") if name in data}
 
     def answer(self) -> GetRewardAnswer:
         for _ in range(REJOINS):
@@ -237,9 +242,8 @@ class _Gathering:
                 "query": [r["query"] for r in rows],
                 "prompts": [r["prompt"] for r in rows],
                 "labels": [r["label"] for r in rows],
-                "step": self.step,
+                **self.run_step,
             }
-            group = {name: value for name, value in group.items() if value is not None}
             payload, answers = openrlhf_score(
                 metagrader=self.metagrader, data=group, special_tokens=self.tokens
             )
@@ -254,7 +258,8 @@ class _Gathering:
         result["rewards"] = payload["rewards"]
         result["failed"] = payload["extra_logs"]["grader_failed"]
         cache.set(f"{key}:result", result, self.ttl)
-        return GetRewardAnswer(self._own(result, index).payload, answers, (group, payload))
+        graded = (_as_graded(group, self.tokens), payload)
+        return GetRewardAnswer(self._own(result, index).payload, answers, graded)
 
     def _own(self, result: Mapping[str, Any], index: int) -> GetRewardAnswer:
         if "error" in result:
@@ -270,6 +275,15 @@ class _Gathering:
         return GetRewardAnswer(
             {"rewards": [reward], "scores": [reward], "extra_logs": logs}, None, None
         )
+
+
+def _as_graded(data: Mapping[str, Any], tokens: Sequence[str]) -> Mapping[str, Any]:
+    """`data` with each response as the judge read it (special tokens out), for capture."""
+    queries = [
+        prompt + strip_special_tokens(query[len(prompt) :], tokens)
+        for query, prompt in zip(data["query"], data["prompts"], strict=True)
+    ]
+    return {**data, "query": queries}
 
 
 def _count(key: str, ttl: int) -> int:

@@ -22,9 +22,10 @@ from django.db import connection
 from django.urls import reverse
 
 from graders import reward_gather
-from graders.models import JudgeEndpoint, Metagrader
+from graders.models import ApiToken, CapturedGroup, JudgeEndpoint, Metagrader
+from graders.tokens import token_create
 from labeling.models import Project
-from tests.conftest import REQUIRE_SERVICES, _reachable
+from tests.conftest import REQUIRE_SERVICES, _reachable, wait_for
 from tests.fakes.openai_server import FakeJudgeServer
 from tests.graders.test_reward_api import (  # noqa: F401 (fixtures)
     grader_of,
@@ -179,6 +180,28 @@ def test_gathering_takes_one_query_per_request_and_checks_its_parameters(
     answers = post_all(bad, [two] + [one_sample("t0", "GOOD answer 0")] * 3, token)
     assert [a.status_code for a in answers] == [400] * 4
     assert [next(iter(a.json())) for a in answers] == ["query", "group_size", "wait_s", "partial"]
+
+
+def test_the_request_that_grades_a_group_captures_it_whole_as_the_judge_read_it(
+    live_server: Any, reward_project: Project, judge: JudgeEndpoint, settings: Any
+) -> None:
+    settings.CAPTURE_QUEUE_SIZE = 0  # stored before the answer's close() returns
+    grader = grader_of(reward_project, "pairwise")
+    raw = token_create(project=reward_project, name="capturing", scopes=["reward"])[1]
+    ApiToken.objects.filter(name="capturing").update(capture_rate=1.0)
+    contents = [r["content"] for r in group("t0")]
+    url = get_reward_url(live_server.url, grader, group_size=3, wait_s=20)
+    bodies = [{**one_sample("t0", c), "run": "grpo-3", "step": 4} for c in contents]
+
+    answers = post_all([url] * 3, bodies, raw)
+
+    assert [a.status_code for a in answers] == [200] * 3
+    assert wait_for(lambda: CapturedGroup.objects.count() == 1, timeout=10)
+    captured = CapturedGroup.objects.get()
+    assert (captured.run, captured.step, captured.members.count()) == ("grpo-3", 4, 3)
+    stored = {m.response.content: m.reward for m in captured.members.select_related("response")}
+    rewards = {c: a.json()["rewards"][0] for c, a in zip(contents, answers, strict=True)}
+    assert stored == rewards  # without the EOS text, with each request's reward
 
 
 # Several processes ------------------------------------------------------------------------------
