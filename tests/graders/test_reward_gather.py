@@ -204,6 +204,35 @@ def test_the_request_that_grades_a_group_captures_it_whole_as_the_judge_read_it(
     assert stored == rewards  # without the EOS text, with each request's reward
 
 
+def test_when_grading_the_group_fails_every_member_gets_the_reason(
+    live_server: Any, reward_project: Project, token: str
+) -> None:
+    grader = grader_of(reward_project, "pairwise")  # the project has no judge endpoint
+    url = get_reward_url(live_server.url, grader, group_size=2, wait_s=20)
+
+    answers = post_all([url] * 2, [one_sample("t0", "GOOD answer 0")] * 2, token)
+
+    assert [a.status_code for a in answers] == [409, 409]
+    assert answers[0].json() == answers[1].json()
+    assert "no judge endpoint" in answers[0].json()["detail"]
+
+
+def test_the_schema_documents_the_gathering_parameters_on_every_get_reward_operation(
+    client: Any,
+) -> None:
+    schema = client.get("/api/schema/?format=json").json()
+    operations = [
+        operation["post"] for path, operation in schema["paths"].items()
+        if path.endswith("/get_reward")
+    ]  # fmt: skip
+    assert len(operations) == 3
+    for operation in operations:
+        query = {p["name"]: p for p in operation["parameters"] if p["in"] == "query"}
+        assert set(query) == {"group_size", "wait_s", "partial", "special_tokens"}
+        assert query["partial"]["schema"]["enum"] == ["grade", "refuse"]
+        assert query["special_tokens"]["schema"]["type"] == "array"
+
+
 # Several processes ------------------------------------------------------------------------------
 
 
