@@ -23,9 +23,11 @@ has copy-paste examples.
   under WorkbenchGroupRewardManager (verl_manager.py), which gathers a prompt's responses by
   uid; on verl 0.7-0.8 under the legacy "batch" manager (reward_model.use_reward_loop=False).
 - OpenRLHF calls `reward_func(queries, prompts, labels)` where a query is the prompt followed by
-  the response, and reads {"rewards", "scores", "extra_logs"}; it loads the function from the
-  file given as --remote_rm_url (--reward.remote_url in current releases). Current releases
-  call it with one sample at a time, which is enough for scalar and rubric programs only.
+  the response (special tokens decoded as text, which is taken out), and reads {"rewards",
+  "scores", "extra_logs"}; it loads the function from the file given as --remote_rm_url
+  (--reward.remote_url in current releases). Current releases call it with one sample at a
+  time from threads; with `group_size` the function gathers a prompt's samples into groups,
+  which pairwise programs need (refused without it).
 
 Each adapter takes a Grader or a FollowedGrader (follow.py, a workbench alias): the version is
 picked once per call (`grader_now`), before any group of the call is graded, so a switch of

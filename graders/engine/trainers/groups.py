@@ -22,9 +22,10 @@ TRL_SPLIT_GROUPS = (
     "num_generations"
 )
 OPENRLHF_PAIRWISE_PER_SAMPLE = (
-    "OpenRLHF called reward_func with one response per prompt (current releases call it once "
-    "per sample), so a pairwise grader has nothing to compare; export a scalar or rubric "
-    "grader for OpenRLHF"
+    "OpenRLHF calls reward_func with one response per prompt (current releases call it once "
+    "per sample), so a pairwise grader has nothing to compare; gather a prompt's samples with "
+    "openrlhf_reward_func(..., group_size=N) (N = --rollout.n_samples_per_prompt), or export a "
+    "scalar or rubric grader"
 )
 
 

@@ -7,13 +7,22 @@ import ast
 import asyncio
 import json
 import re
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from graders.engine.runtime import load_bundle
 from tests.fakes.openai_server import FakeJudgeServer
-from tests.graders.engine.test_runtime import LEASE, SCALAR, bundle_dict, quality_judge
+from tests.graders.engine.test_runtime import (
+    LEASE,
+    PAIRWISE,
+    SCALAR,
+    bundle_dict,
+    quality_judge,
+    reference_rewards,
+)
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "trainers.md"
 TRAINER_PACKAGES = {"datasets", "trl", "pandas"}
@@ -110,16 +119,32 @@ def test_verl_reward_file_scores_one_response_by_task_id(bundle_in: Path) -> Non
     ]
 
 
-def test_openrlhf_reward_file_scores_queries_by_label(bundle_in: Path) -> None:
-    namespace = run(block("openrlhf_reward_func("), bundle_in)
-    prompt = f"<|user|>{LEASE}<|assistant|>"
-    result = namespace["reward_func"](
-        queries=[prompt + "A good answer.", prompt + "A fair answer."],
-        prompts=[prompt, prompt],
-        labels=["lease", "lease"],
+def test_openrlhf_reward_file_gathers_a_prompts_samples_for_pairwise(
+    bundle_in: Path, fake_judge: FakeJudgeServer
+) -> None:
+    """Called as OpenRLHF calls it: one sample per call, a prompt's samples from threads."""
+    (bundle_in / "grader-bundle.json").write_text(
+        json.dumps(bundle_dict(PAIRWISE, fake_judge.base_url))
     )
-    assert [float(x) for x in result["rewards"]] == [0.75, 0.5]
-    assert [float(x) for x in result["extra_logs"]["grader_failed"]] == [0.0, 0.0]
+    namespace = run(block("openrlhf_reward_func("), bundle_in)
+    prompt = f"<|im_start|>user\n{LEASE}<|im_end|>\n<|im_start|>assistant\n"
+    words = ["excellent", "good", "fair", "poor"] * 2  # group_size=8 in the guide
+    answers = [f"A {word} answer.<|im_end|>" for word in words]
+    with ThreadPoolExecutor(len(answers)) as pool:
+        results = list(
+            pool.map(lambda a: namespace["reward_func"]([prompt + a], [prompt], ["lease"]), answers)
+        )
+    task = load_bundle(bundle_dict(PAIRWISE, fake_judge.base_url)).tasks["lease"]
+    expected = reference_rewards(
+        PAIRWISE, fake_judge.base_url, task, [a.removesuffix("<|im_end|>") for a in answers]
+    )
+    assert [float(r["rewards"][0]) for r in results] == expected
+    for result in results:
+        assert {key: float(value[0]) for key, value in result["extra_logs"].items()} == {
+            "grader_failed": 0.0,
+            "reward_func_error": 0.0,
+            "group_incomplete": 0.0,
+        }
 
 
 def test_the_custom_loop_grades_an_inline_task(
