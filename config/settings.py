@@ -161,28 +161,25 @@ JUDGE_PRIVATE_HOSTS = env_list("JUDGE_PRIVATE_HOSTS", "")
 # "host:8000" names one); empty: any public host.
 JUDGE_BASE_URL_HOSTS = env_list("JUDGE_BASE_URL_HOSTS", "")
 
-# Email, through Django's mailers: SMTP once EMAIL_HOST is set (EMAIL_PORT, EMAIL_HOST_USER,
-# EMAIL_HOST_PASSWORD, EMAIL_USE_TLS), else EMAIL_BACKEND (default: the console). A user is told
-# by email too when a job they started stops (labeling/notifications.py) if NOTIFY_BY_EMAIL is
-# on, as it is once EMAIL_HOST is set; the links in those emails start with SITE_URL
-# (https://workbench.example.org).
+# Email, through Django's mailers: SMTP at EMAIL_HOST (default localhost, as Django's own
+# default; EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD, EMAIL_USE_TLS), or the backend
+# EMAIL_BACKEND names (django.core.mail.backends.console.EmailBackend for development). A user
+# is told by email too when a job they started stops (labeling/notifications.py) if
+# NOTIFY_BY_EMAIL is on, as it is once EMAIL_HOST is set; the links in those emails start with
+# SITE_URL (https://workbench.example.org).
 _SMTP_HOST = os.environ.get("EMAIL_HOST", "")
-MAILERS = {
-    "default": {
-        "BACKEND": "django.core.mail.backends.smtp.EmailBackend",
-        "OPTIONS": {
-            "host": _SMTP_HOST,
-            "port": int(os.environ.get("EMAIL_PORT", 25)),
-            "username": os.environ.get("EMAIL_HOST_USER", ""),
-            "password": os.environ.get("EMAIL_HOST_PASSWORD", ""),
-            "use_tls": env_bool("EMAIL_USE_TLS", False),
-        },
-    }
-    if _SMTP_HOST
-    else {
-        "BACKEND": os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
-    }
+_SMTP = {
+    "BACKEND": "django.core.mail.backends.smtp.EmailBackend",
+    "OPTIONS": {
+        "host": _SMTP_HOST or "localhost",
+        "port": int(os.environ.get("EMAIL_PORT", 25)),
+        "username": os.environ.get("EMAIL_HOST_USER", ""),
+        "password": os.environ.get("EMAIL_HOST_PASSWORD", ""),
+        "use_tls": env_bool("EMAIL_USE_TLS", False),
+    },
 }
+_MAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "")
+MAILERS = {"default": {"BACKEND": _MAIL_BACKEND} if _MAIL_BACKEND else _SMTP}
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "workbench@localhost")
 NOTIFY_BY_EMAIL = env_bool("NOTIFY_BY_EMAIL", bool(_SMTP_HOST))
 SITE_URL = os.environ.get("SITE_URL", "").rstrip("/")

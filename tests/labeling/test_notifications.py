@@ -26,6 +26,7 @@ from labeling.jobs import (
 )
 from labeling.models import Job, JobStatus, Notification, Project, Role
 from tests.conftest import member
+from tests.test_settings import manage
 
 
 def started_job(project: Project, user: User | None, kind: str = "search") -> Job:
@@ -269,3 +270,26 @@ def test_an_empty_notifications_page(admin_user: User) -> None:
     client.force_login(admin_user)
     assert "No notifications yet." in client.get(reverse("notifications")).content.decode()
     assert client.get(reverse("notifications-read")).status_code == 405
+
+
+def mail_settings(**env: str) -> str:
+    show = (
+        "from django.conf import settings; from django.core import mail; m = mail.mailers.default; "
+        "print(type(m).__module__, getattr(m, 'host', ''), settings.NOTIFY_BY_EMAIL)"
+    )
+    result = manage("shell", "-v", "0", "-c", show, **env)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_email_goes_out_once_a_mail_host_is_set() -> None:
+    unset = {"EMAIL_HOST": "", "EMAIL_BACKEND": ""}  # (NOTIFY_BY_EMAIL is not set in tests)
+    smtp = "django.core.mail.backends.smtp"
+    assert mail_settings(**unset) == f"{smtp} localhost False"
+    assert mail_settings(**{**unset, "EMAIL_HOST": "mail.example.org"}) == (
+        f"{smtp} mail.example.org True"
+    )
+    console = "django.core.mail.backends.console.EmailBackend"
+    assert mail_settings(**{**unset, "EMAIL_BACKEND": console, "NOTIFY_BY_EMAIL": "1"}) == (
+        "django.core.mail.backends.console  True"
+    )
