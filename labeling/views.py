@@ -27,7 +27,7 @@ from labeling.forms import ImportForm, SplitForm, TaskFilterForm
 from labeling.import_jobs import UploadTooLarge, import_upload, rejection_payload
 from labeling.import_reference import SAMPLE_NAME, SAMPLE_PATH, import_reference
 from labeling.imports import ImportRejected
-from labeling.job_words import kind_words, status_words
+from labeling.job_words import status_words
 from labeling.jobs import job_cancel
 from labeling.jobs_list import JobFilterForm, job_rows, job_starters, jobs_filtered, jobs_visible
 from labeling.jsonl import jsonl_lines
@@ -234,7 +234,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         if not job.is_active:
             response["HX-Trigger"] = "job-stopped"
         return response
-    context["title"] = kind_words(job.kind)
+    context["title"] = job.kind.replace("_", " ").capitalize()
     context["owner"] = _job_owner(job)
     return render(request, "labeling/job_detail.html", context)
 

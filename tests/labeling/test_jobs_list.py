@@ -129,7 +129,7 @@ def test_the_job_page_says_its_status_and_pace_in_words(project: Project, admin_
         started_at=timezone.now() - timedelta(seconds=120),
     )
     html = client_for(admin_user).get(reverse("job-detail", args=[job.pk])).content.decode()
-    assert "<h1>Grader search job #" in html
+    assert "<h1>Search job #" in html
     assert "<b>Running: 340 of 1,000, about 4 min left</b>" in html
     assert "34% · 2.8 a second" in html
     assert '<a href="/p/acme/jobs/">All jobs of Acme</a>' in html
