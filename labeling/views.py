@@ -320,8 +320,10 @@ def notifications_read_all(request: HttpRequest) -> HttpResponse:
 
 
 @require_GET
-@login_required
 def notifications_badge(request: HttpRequest) -> HttpResponse:
     """The top bar's badge alone, for its polling (the count comes from the context processor
-    labeling.notification_badge)."""
+    labeling.notification_badge). After a logout elsewhere: 204, which htmx leaves unswapped
+    (a login redirect would put the login page into the top bar)."""
+    if not request.user.is_authenticated:
+        return HttpResponse(status=204)
     return render(request, "labeling/_notifications_badge.html")

@@ -222,6 +222,9 @@ def test_the_badge_counts_unread_with_one_query(project: Project, admin_user: Us
     assert not [q for q in queries.captured_queries if "labeling_notification" in q["sql"]]
     badge = client.get(reverse("notifications-badge")).content.decode()
     assert badge.lstrip().startswith('<a id="notifications-badge"') and ">3</span>" in badge
+    client.logout()  # in another tab: the badge's next poll changes nothing
+    gone = client.get(reverse("notifications-badge"), headers={"HX-Request": "true"})
+    assert gone.status_code == 204 and not gone.content
 
 
 def test_a_stopped_jobs_status_fragment_asks_the_badge_to_look_again(
