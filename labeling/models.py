@@ -9,6 +9,9 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Coalesce, Greatest, Least
+from django.utils import timezone
+
+from labeling.job_progress import JobEta, job_eta
 
 # The largest value an integer column holds on every database the workbench runs on
 # (PostgreSQL's integer; SQLite's are wider): forms whose numbers are stored cap them at this,
@@ -515,6 +518,15 @@ class Job(models.Model):
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
+    # Who asked for the last cancel (null: nobody in particular, as a superseding run): the
+    # creator is told when someone else stopped their job (labeling/notifications.py).
+    cancel_requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -528,6 +540,8 @@ class Job(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(status__in=JobStatus.values), name="job_status"),
         ]
+        # A project's jobs list, newest first.
+        indexes = [models.Index(fields=["project", "-created_at"], name="job_project_newest")]
 
     def __str__(self) -> str:
         return f"{self.kind} #{self.pk} ({self.status})"
@@ -541,6 +555,13 @@ class Job(models.Model):
         if not self.total:
             return None
         return min(100, round(100 * self.done / self.total))
+
+    @property
+    def eta(self) -> "JobEta | None":
+        """The observed rate and the time left, now; None before there is a rate to go by."""
+        return job_eta(
+            done=self.done, total=self.total, started_at=self.started_at, now=timezone.now()
+        )
 
 
 class QueuePair(models.Model):
@@ -829,3 +850,30 @@ class SynthesisVote(models.Model):
 
     def __str__(self) -> str:
         return f"{self.judge} on {self.draw}: {self.agrees}"
+
+
+class Notification(models.Model):
+    """Something a user should know about a job they started: it finished, failed, stopped on
+    its budget, or someone else cancelled it. One per stop of the job (labeling/notifications.py
+    writes it where the job stops); `read_at` is set when the user has seen it."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notifications"
+    )
+    job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.CASCADE)
+    text = models.CharField(max_length=300)
+    created_at = models.DateTimeField(auto_now_add=True)
+    read_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        indexes = [
+            # The top bar's unread count on every page, and the list newest first.
+            models.Index(
+                fields=["user"], condition=Q(read_at__isnull=True), name="notification_unread"
+            ),
+            models.Index(fields=["user", "-created_at"], name="notification_user_newest"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user}: {self.text}"

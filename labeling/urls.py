@@ -47,6 +47,11 @@ urlpatterns = [
     path("p/<slug:slug>/annotators/", label_views.annotators_page, name="annotators"),
     path("p/<slug:slug>/grade/", label_views.grade_page, name="grade"),
     path("p/<slug:slug>/grade/<int:response_pk>/", label_views.grade_submit, name="grade-submit"),
+    path("p/<slug:slug>/jobs/", views.jobs_page, name="jobs"),
+    path("jobs/", views.jobs_page, name="jobs-all"),
     path("jobs/<int:job_id>/", views.job_detail, name="job-detail"),
     path("jobs/<int:job_id>/cancel/", views.job_cancel_view, name="job-cancel"),
+    path("notifications/", views.notifications_page, name="notifications"),
+    path("notifications/read/", views.notifications_read_all, name="notifications-read"),
+    path("notifications/badge/", views.notifications_badge, name="notifications-badge"),
 ]
