@@ -192,7 +192,7 @@ def job_get(request: Request, job_id: int) -> Response:
 @api_view(["POST"])
 def job_cancel_create(request: Request, job_id: int) -> Response:
     job, _ = job_access(user=request.user, job_id=job_id, cancel=True)
-    job_cancel(job=job)
+    job_cancel(job=job, by=request.user)
     job.refresh_from_db()
     return Response(JobOutput(job).data)
 
