@@ -27,4 +27,17 @@ urlpatterns = [
     path("p/<slug:slug>/grade/<int:response_pk>/", label_views.grade_submit, name="grade-submit"),
     path("jobs/<int:job_id>/", views.job_detail, name="job-detail"),
     path("jobs/<int:job_id>/cancel/", views.job_cancel_view, name="job-cancel"),
+    path(
+        "p/<slug:slug>/label/<int:assignment_id>/skip/", label_views.label_skip, name="label-skip"
+    ),
+    path(
+        "p/<slug:slug>/label/<int:assignment_id>/flag/", label_views.label_flag, name="label-flag"
+    ),
+    path("p/<slug:slug>/my-labels/", label_views.my_labels_page, name="my-labels"),
+    path("p/<slug:slug>/flags/", label_views.flags_page, name="flags"),
+    path(
+        "p/<slug:slug>/flags/<int:flag_id>/resolve/",
+        label_views.flag_resolve_view,
+        name="flag-resolve",
+    ),
 ]
