@@ -157,12 +157,16 @@ def pair_view(*, assignment: QueueAssignment) -> dict[str, Any]:
         .first()
     )
     side = None if current is None else side_shown(current, left_id=left.pk)
-    first_in_block = not QueueAssignment.objects.filter(
-        annotator_id=assignment.annotator_id,
-        pair__project_id=pair.project_id,
-        pair__block=pair.block,
-        submitted_at__isnull=False,
-    ).exists()
+    # The block's introduction shows until the annotator labeled or passed on one of its pairs.
+    first_in_block = (
+        not QueueAssignment.objects.filter(
+            annotator_id=assignment.annotator_id,
+            pair__project_id=pair.project_id,
+            pair__block=pair.block,
+        )
+        .filter(Q(submitted_at__isnull=False) | Q(skipped_at__isnull=False))
+        .exists()
+    )
     return {
         "assignment": assignment,
         "prompt": task.prompt,

@@ -138,6 +138,7 @@ def test_skip_and_flag_views_answer_with_the_next_card(
     html = client.post(reverse("label-skip", args=["acme", first.pk])).content.decode()
     second = QueueAssignment.objects.exclude(pk=first.pk).get()
     assert f'data-assignment="{second.pk}"' in html
+    assert "data-intro" not in html  # passing a pair on puts the block's introduction away
     refused = client.post(reverse("label-flag", args=["acme", second.pk]), {"reason": "meh"})
     assert refused.status_code == 400 and "reason must be one of" in refused.content.decode()
     flagged = client.post(
