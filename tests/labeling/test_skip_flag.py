@@ -1,6 +1,7 @@
 """Skipping and flagging a served pair: the services (the slot goes back, the skipper is not
 served the pair again, flags are recorded) and the views (who may skip, flag and see flags)."""
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -197,3 +198,34 @@ def test_admins_see_and_resolve_flags_experts_do_not(
     assert flag.resolved_by == admin_user
     page = admin.get(reverse("flags", args=["acme"])).content.decode()
     assert "No open flags." in page and "Recently resolved" in page
+
+
+def test_the_label_api_skips_and_flags(
+    project: Project, tmp_path: Path, expert_user: User, admin_user: User
+) -> None:
+    queued(project, tmp_path, tasks=3)
+    client = client_for(expert_user)
+
+    def post(name: str, body: dict[str, Any]) -> Any:
+        url = reverse(name, args=["acme"])
+        return client.post(url, json.dumps(body), content_type="application/json")
+
+    first = post("api-queue-next", {}).json()["assignment"]
+    assert post("api-skips", {"assignment": first}).status_code == 204
+    second = post("api-queue-next", {}).json()["assignment"]
+    assert second != first
+    refused = post("api-flags", {"assignment": second, "reason": "meh"})
+    assert refused.status_code == 400 and "reason" in refused.json()
+    flagged = post("api-flags", {"assignment": second, "reason": "identical", "note": "same"})
+    assert flagged.status_code == 204
+    assert PairFlag.objects.get().note == "same"
+    third = post("api-queue-next", {}).json()["assignment"]
+    assert third not in {first, second}
+    post("api-labels", {"assignment": third, "side": "left", "confidence": 1})
+    labeled = post("api-skips", {"assignment": third})
+    assert labeled.status_code == 400 and "assignment" in labeled.json()
+    # Someone else's assignment is nobody's business: 404, nothing changed.
+    other = client_for(admin_user)
+    url = reverse("api-skips", args=["acme"])
+    answer = other.post(url, json.dumps({"assignment": third}), content_type="application/json")
+    assert answer.status_code == 404
