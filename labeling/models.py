@@ -654,6 +654,9 @@ class QueueAssignment(models.Model):
     pool = models.PositiveIntegerField(null=True, blank=True)
     served_at = models.DateTimeField(auto_now_add=True)
     submitted_at = models.DateTimeField(null=True, blank=True)
+    # Set when the annotator passed the pair on (skipped or flagged it): its slot went back to
+    # the queue, and this row keeps the pair from being served to them again.
+    skipped_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -666,6 +669,39 @@ class QueueAssignment(models.Model):
 
     def __str__(self) -> str:
         return f"{self.pair} to {self.annotator}"
+
+
+class FlagReason(models.TextChoices):
+    IDENTICAL = "identical", "Responses identical"
+    UNCLEAR = "unclear", "Prompt unclear"
+    OFFENSIVE = "offensive", "Offensive"
+    OTHER = "other", "Other"
+
+
+class PairFlag(models.Model):
+    """An annotator's report that a served pair should not be labeled as it is, with a reason;
+    admins resolve it. Flagging also passes the pair on (QueueAssignment.skipped_at)."""
+
+    pair = models.ForeignKey(QueuePair, on_delete=models.CASCADE, related_name="flags")
+    annotator = models.ForeignKey(Annotator, on_delete=models.CASCADE, related_name="+")
+    reason = models.CharField(max_length=16, choices=FlagReason.choices)
+    note = models.TextField(blank=True, default="", max_length=2000)
+    created_at = models.DateTimeField(auto_now_add=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["pair", "annotator"], name="pair_flag_once"),
+            models.CheckConstraint(
+                condition=Q(reason__in=FlagReason.values), name="pair_flag_reason"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.pair} flagged {self.reason} by {self.annotator}"
 
 
 class LabelSnapshot(models.Model):

@@ -54,4 +54,17 @@ urlpatterns = [
     path("notifications/", views.notifications_page, name="notifications"),
     path("notifications/read/", views.notifications_read_all, name="notifications-read"),
     path("notifications/badge/", views.notifications_badge, name="notifications-badge"),
+    path(
+        "p/<slug:slug>/label/<int:assignment_id>/skip/", label_views.label_skip, name="label-skip"
+    ),
+    path(
+        "p/<slug:slug>/label/<int:assignment_id>/flag/", label_views.label_flag, name="label-flag"
+    ),
+    path("p/<slug:slug>/my-labels/", label_views.my_labels_page, name="my-labels"),
+    path("p/<slug:slug>/flags/", label_views.flags_page, name="flags"),
+    path(
+        "p/<slug:slug>/flags/<int:flag_id>/resolve/",
+        label_views.flag_resolve_view,
+        name="flag-resolve",
+    ),
 ]
