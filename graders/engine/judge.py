@@ -34,6 +34,7 @@ from typing import Any, Literal, Protocol
 
 import httpx
 
+from graders.engine.breaker import BREAKERS, GATEWAY_DOWN, BreakerOpen, breaker_policy
 from graders.engine.egress import EgressPolicy, EgressRefused
 from graders.engine.jsonout import OutputInvalid, extract_json_object, validate, wire_schema
 from graders.engine.judge_http import HttpReply, JudgeTransport, client_timeout, ssl_context
@@ -48,6 +49,9 @@ _log = logging.getLogger(__name__)
 SCHEMA_NAME = "judge_output"
 # Network failures worth another attempt; UnsupportedProtocol or a bad proxy URL are not.
 _TRANSIENT_ERRORS = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+# Timeouts after the connection was made (graders/engine/breaker.py: slow is not dead). A
+# connect timeout reaches us as ConnectTimeout, or as a plain TimeoutException from aiohttp.
+_SLOW_ERRORS = (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout)
 _QUOTA_WORDS = ("quota", "billing")
 # How refusals read at OpenAI, vLLM and llama.cpp, to pick the fixed reason shown for them.
 _CONTEXT_WORDS = ("context length", "context_length", "maximum context", "context size")
@@ -87,6 +91,11 @@ class JudgeSettings:
     price_out_per_mtok: float = 0.0
     seed: int | None = 0
     response_format: ResponseFormat = "json_schema"
+    # The endpoint's circuit breaker (graders/engine/breaker.py): open after this many
+    # consecutive connection failures, for this many seconds; None: JUDGE_BREAKER_FAILURES
+    # and JUDGE_BREAKER_COOLDOWN_S from the environment, else 5 and 15 s. 0 failures: off.
+    breaker_failures: int | None = None
+    breaker_cooldown_s: float | None = None
     # Where the client may connect and send the key (graders/engine/egress.py); None checks
     # nothing, for a training job whose operator set the judge. Never read from a bundle.
     egress: EgressPolicy | None = None
@@ -97,6 +106,7 @@ class JudgeSettings:
             raise ValueError(f"unknown response_format {self.response_format!r}")
         if self.max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
+        breaker_policy(self.breaker_failures, self.breaker_cooldown_s, environ={})  # checked
 
 
 @dataclass(frozen=True)
@@ -269,6 +279,10 @@ class JudgeClient:
     With `settings.egress`, the base URL and key variable are checked (EgressRefused) before
     the key is read, and connections go to allowed addresses only; a transport passed in must
     then enforce the same policy.
+
+    Every attempt goes through the endpoint's circuit breaker (graders/engine/breaker.py),
+    shared by the process's clients: while it is open, a call fails at once with the reason
+    and makes no request, and a call whose failure opened it stops retrying.
     """
 
     def __init__(
@@ -293,6 +307,9 @@ class JudgeClient:
         self._stop = stop
         self._backoff_base_s = backoff_base_s
         self._backoff_cap_s = backoff_cap_s
+        # Raises ValueError for a bad setting or variable, before any work.
+        policy = breaker_policy(settings.breaker_failures, settings.breaker_cooldown_s)
+        self._breaker = BREAKERS.get(settings.base_url, policy)
         # Waiting calls go in by graders.engine.slots.call_priority, then in arrival order.
         self._semaphore = PrioritySlots(settings.max_concurrency)
         self._in_flight: dict[str, asyncio.Future[None]] = {}
@@ -480,7 +497,9 @@ class JudgeClient:
         while True:
             wait: float | None = None
             try:
-                response = await self._post(body)
+                response = await self._attempt(body)
+            except BreakerOpen as exc:
+                raise _CallFailed(str(exc)) from None
             except EgressRefused as exc:  # the host resolved to an address it may not use
                 raise _CallFailed(str(exc)) from None
             except _TRANSIENT_ERRORS as exc:
@@ -495,11 +514,37 @@ class JudgeClient:
                 wait = retry_after_seconds(response.headers.get("retry-after"))
             if retries >= self.settings.max_retries:
                 raise _CallFailed(f"gave up after {retries + 1} attempts; last: {problem}")
+            try:
+                self._breaker.check()  # open now (this failure, or others meanwhile): stop
+            except BreakerOpen as exc:
+                raise _CallFailed(str(exc)) from None
             retries += 1
             self.usage.retries += 1
             delay = min(wait, self._backoff_cap_s) if wait is not None else self._backoff(retries)
             _log.info("judge call %s: %s; retry %d in %.2fs", name, problem, retries, delay)
             await asyncio.sleep(delay)
+
+    async def _attempt(self, body: bytes) -> HttpReply:
+        """One POST, let through by the endpoint's breaker (BreakerOpen if not), and its
+        outcome told to the breaker: no answer or a gateway's "down" counts against the
+        endpoint, any other answer for it, a timeout after connecting neither."""
+        probe = self._breaker.admit()
+        try:
+            response = await self._post(body)
+        except _SLOW_ERRORS:
+            self._breaker.inconclusive(probe)
+            raise
+        except _TRANSIENT_ERRORS as exc:
+            self._breaker.failure(_network_problem(exc), probe)
+            raise
+        except BaseException:
+            self._breaker.inconclusive(probe)
+            raise
+        if response.status_code in GATEWAY_DOWN:
+            self._breaker.failure(f"HTTP {response.status_code}: {_http_reason(response)}", probe)
+        else:
+            self._breaker.success()
+        return response
 
     def _backoff(self, retry: int) -> float:
         """Full jitter: spreads out clients that failed together so they do not retry together."""
