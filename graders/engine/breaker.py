@@ -27,6 +27,7 @@ never across an await, so calls from any thread or event loop may share a breake
 bounded: at most MAX_ENDPOINTS breakers per process, the least recently used dropped first.
 """
 
+import logging
 import math
 import os
 import threading
@@ -35,6 +36,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
+
+_log = logging.getLogger(__name__)
 
 DEFAULT_FAILURES = 5
 DEFAULT_COOLDOWN_S = 15.0
@@ -152,6 +155,8 @@ class Breaker:
         """The endpoint answered (a probe or any other attempt): the breaker closes and the
         count starts again."""
         with self._lock:
+            if self._opened_at is not None:
+                _log.warning("judge at %s answers again: calls go through", self.endpoint)
             self._consecutive = 0
             self._opened_at = None
             self._probing = False
@@ -183,6 +188,14 @@ class Breaker:
     def _open(self) -> None:
         self._opened_at = self._clock()
         self.opened += 1
+        _log.warning(
+            "judge at %s unreachable (%d failures in a row; last: %s): calls fail at once "
+            "for %g s, then one probes",
+            self.endpoint,
+            self._consecutive,
+            self._last_failure,
+            self.policy.cooldown_s,
+        )
 
     def _remaining(self) -> float:
         assert self._opened_at is not None

@@ -74,6 +74,10 @@ class _CallFailed(Exception):
     """A call ended without a usable completion; the message becomes ChatResult.error."""
 
 
+class _Refused(_CallFailed):
+    """The endpoint's breaker is open: the call stops before sending (another) request."""
+
+
 @dataclass(frozen=True)
 class JudgeSettings:
     """Where and how to call the judge. Holds the name of the key's environment variable,
@@ -138,6 +142,9 @@ class ChatResult:
     cost: float = 0.0
     cached: bool = False
     request_key: str = ""
+    # The call ended on the endpoint's open circuit breaker, sending no (further) request;
+    # `error` says why and until when.
+    refused: bool = False
 
     @property
     def ok(self) -> bool:
@@ -365,7 +372,13 @@ class JudgeClient:
         result.request_key = key
         self.usage.add(result)
         if result.error is not None:
-            _log.warning("judge call %s failed: %s", request.name, result.error)
+            # Refusals are many and alike; the breaker logs its opening and closing instead.
+            _log.log(
+                logging.DEBUG if result.refused else logging.WARNING,
+                "judge call %s failed: %s",
+                request.name,
+                result.error,
+            )
         return result
 
     async def _cache_lookup(self, cache: JudgeCache, key: str) -> dict[str, Any] | None:
@@ -451,7 +464,13 @@ class JudgeClient:
                 response = await self._post_with_retries(body, request.name)
                 text, tokens_in, tokens_out = _read_completion(response)
             except _CallFailed as failure:
-                return ChatResult(None, None, str(failure), latency_s=time.perf_counter() - started)
+                return ChatResult(
+                    None,
+                    None,
+                    str(failure),
+                    latency_s=time.perf_counter() - started,
+                    refused=isinstance(failure, _Refused),
+                )
             latency_s = time.perf_counter() - started
         cost = (
             tokens_in * self.settings.price_in_per_mtok
@@ -499,7 +518,7 @@ class JudgeClient:
             try:
                 response = await self._attempt(body)
             except BreakerOpen as exc:
-                raise _CallFailed(str(exc)) from None
+                raise _Refused(str(exc)) from None
             except EgressRefused as exc:  # the host resolved to an address it may not use
                 raise _CallFailed(str(exc)) from None
             except _TRANSIENT_ERRORS as exc:
@@ -517,7 +536,7 @@ class JudgeClient:
             try:
                 self._breaker.check()  # open now (this failure, or others meanwhile): stop
             except BreakerOpen as exc:
-                raise _CallFailed(str(exc)) from None
+                raise _Refused(str(exc)) from None
             retries += 1
             self.usage.retries += 1
             delay = min(wait, self._backoff_cap_s) if wait is not None else self._backoff(retries)

@@ -5,6 +5,7 @@ every request is real. "No attempt while open" is asserted by counting at the po
 timing (bench/reward_api.py --dead-judge measures the time)."""
 
 import asyncio
+import logging
 import socket
 import struct
 import threading
@@ -15,7 +16,7 @@ import pytest
 
 from graders.engine import judge as judge_module
 from graders.engine.breaker import Breaker, BreakerPolicy, Breakers
-from graders.engine.judge import ChatRequest, JudgeClient, JudgeSettings
+from graders.engine.judge import ChatRequest, ChatResult, JudgeClient, JudgeSettings
 from graders.engine.programs import ResponseInput, TaskInput, program_validate
 from graders.engine.runtime import Grader, GradeResult
 from tests.fakes.openai_server import FakeJudgeServer, Fault
@@ -215,15 +216,14 @@ def test_the_fake_judge_goes_down_and_comes_back(
         grader.close()
 
 
-async def complete(settings: JudgeSettings, name: str) -> str | None:
+async def complete(settings: JudgeSettings, name: str) -> ChatResult:
     async with JudgeClient(settings, backoff_base_s=0.001, backoff_cap_s=0.001) as client:
         messages = ({"role": "user", "content": name},)
-        result = await client.complete(ChatRequest(messages, SCORE_SCHEMA, name))
-    return result.error
+        return await client.complete(ChatRequest(messages, SCORE_SCHEMA, name))
 
 
 def test_a_503_storm_counts_and_429_500_and_timeouts_do_not(
-    clock: FakeClock, fake_judge: FakeJudgeServer
+    clock: FakeClock, fake_judge: FakeJudgeServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     settings = JudgeSettings(
         fake_judge.base_url, "judge-test", None, timeout_s=0.2, max_retries=4,
@@ -233,16 +233,25 @@ def test_a_503_storm_counts_and_429_500_and_timeouts_do_not(
     # 429, 500 and a read timeout are answers (or slowness), not an absent judge.
     fake_judge.script(Fault("rate_limited", retry_after="0"), Fault("server_error"), Fault("hang"))
     fake_judge.script(Fault("server_error"))
-    assert asyncio.run(complete(settings, "a")) is None
+    answered = asyncio.run(complete(settings, "a"))
+    assert (answered.error, answered.refused) == (None, False)
     assert (fake_judge.call_count, breaker.state) == (5, "closed")
     # 503 three times in a row: the third opens it and the call stops retrying.
     fake_judge.script(*[Fault("unavailable")] * 5)
-    error = asyncio.run(complete(settings, "b"))
-    assert error == (
+    caplog.set_level(logging.DEBUG)
+    stopped = asyncio.run(complete(settings, "b"))
+    reason = (
         f"judge at {fake_judge.host_port} unreachable: HTTP 503: service unavailable; "
         "retrying in 10 s"
     )
+    assert (stopped.error, stopped.refused) == (reason, True)
     assert (fake_judge.call_count, breaker.state) == (8, "open")
     # Two 503s scripted are left; the next call sends nothing while open.
-    assert asyncio.run(complete(settings, "c")) == error
-    assert fake_judge.call_count == 8
+    refused = asyncio.run(complete(settings, "c"))
+    assert (refused.error, refused.refused, fake_judge.call_count) == (reason, True, 8)
+    # The opening is one warning; the refused calls are debug lines, not a warning each.
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warnings == [
+        f"judge at {fake_judge.host_port} unreachable (3 failures in a row; last: HTTP 503: "
+        "service unavailable): calls fail at once for 10 s, then one probes"
+    ]
