@@ -51,7 +51,12 @@ Clock = Callable[[], float]
 
 
 class BreakerOpen(Exception):
-    """The endpoint's breaker is open: no request was sent. The message says why."""
+    """The endpoint's breaker is open: no request was sent. The message says why;
+    `retry_in_s` is the cool-down left (0 when it is over and another call is the probe)."""
+
+    def __init__(self, message: str, retry_in_s: float) -> None:
+        super().__init__(message)
+        self.retry_in_s = retry_in_s
 
 
 @dataclass(frozen=True)
@@ -205,7 +210,7 @@ class Breaker:
         """Raise BreakerOpen when an attempt must be turned away (the lock is held)."""
         if self._opened_at is None or not self.policy.failures:
             return
-        remaining = self._remaining()
+        remaining = max(0.0, self._remaining())
         if remaining > 0:
             then = f"retrying in {math.ceil(remaining)} s"
         elif self._probing:
@@ -213,7 +218,9 @@ class Breaker:
         else:
             return
         self.rejected += 1
-        raise BreakerOpen(f"judge at {self.endpoint} unreachable: {self._last_failure}; {then}")
+        raise BreakerOpen(
+            f"judge at {self.endpoint} unreachable: {self._last_failure}; {then}", remaining
+        )
 
 
 class Breakers:

@@ -841,7 +841,9 @@ class Grader:
                 del self._rubric_locks[stale_key]
             client = self._clients.get(loop)
             if client is None:
-                client = JudgeClient(self.settings, self.cache, self.budget, self.transport)
+                client = JudgeClient(
+                    self.settings, self.cache, self.budget, self.transport, fail_fast=True
+                )
                 self._clients[loop] = client
             return client
 

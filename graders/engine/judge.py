@@ -288,8 +288,12 @@ class JudgeClient:
     then enforce the same policy.
 
     Every attempt goes through the endpoint's circuit breaker (graders/engine/breaker.py),
-    shared by the process's clients: while it is open, a call fails at once with the reason
-    and makes no request, and a call whose failure opened it stops retrying.
+    shared by the process's clients, so no request is sent while it is open. With
+    `fail_fast` (a trainer's Grader, the reward API: an answer now beats a late one), a call
+    then fails at once with the reason, and a call whose failure opened it stops retrying.
+    Without it (grading jobs, searches: a judge that restarts within the retries should not
+    fail a run), a refused attempt waits out the cool-down, capped like any back-off, and
+    counts as a retry.
     """
 
     def __init__(
@@ -302,6 +306,7 @@ class JudgeClient:
         backoff_base_s: float = 0.5,
         backoff_cap_s: float = 30.0,
         stop: Callable[[], bool] | None = None,
+        fail_fast: bool = False,
     ) -> None:
         if settings.egress is not None:
             settings.egress.check(settings.base_url, settings.api_key_env)
@@ -314,6 +319,7 @@ class JudgeClient:
         self._stop = stop
         self._backoff_base_s = backoff_base_s
         self._backoff_cap_s = backoff_cap_s
+        self._fail_fast = fail_fast
         # Raises ValueError for a bad setting or variable, before any work.
         policy = breaker_policy(settings.breaker_failures, settings.breaker_cooldown_s)
         self._breaker = BREAKERS.get(settings.base_url, policy)
@@ -518,7 +524,10 @@ class JudgeClient:
             try:
                 response = await self._attempt(body)
             except BreakerOpen as exc:
-                raise _Refused(str(exc)) from None
+                if self._fail_fast:
+                    raise _Refused(str(exc)) from None
+                # A job waits out the cool-down (capped), a retry like any other.
+                problem, wait = str(exc), exc.retry_in_s or None
             except EgressRefused as exc:  # the host resolved to an address it may not use
                 raise _CallFailed(str(exc)) from None
             except _TRANSIENT_ERRORS as exc:
@@ -533,10 +542,11 @@ class JudgeClient:
                 wait = retry_after_seconds(response.headers.get("retry-after"))
             if retries >= self.settings.max_retries:
                 raise _CallFailed(f"gave up after {retries + 1} attempts; last: {problem}")
-            try:
-                self._breaker.check()  # open now (this failure, or others meanwhile): stop
-            except BreakerOpen as exc:
-                raise _Refused(str(exc)) from None
+            if self._fail_fast:
+                try:
+                    self._breaker.check()  # open now (this failure, or others meanwhile): stop
+                except BreakerOpen as exc:
+                    raise _Refused(str(exc)) from None
             retries += 1
             self.usage.retries += 1
             delay = min(wait, self._backoff_cap_s) if wait is not None else self._backoff(retries)

@@ -216,8 +216,10 @@ def test_the_fake_judge_goes_down_and_comes_back(
         grader.close()
 
 
-async def complete(settings: JudgeSettings, name: str) -> ChatResult:
-    async with JudgeClient(settings, backoff_base_s=0.001, backoff_cap_s=0.001) as client:
+async def complete(settings: JudgeSettings, name: str, *, fail_fast: bool = True) -> ChatResult:
+    async with JudgeClient(
+        settings, backoff_base_s=0.001, backoff_cap_s=0.001, fail_fast=fail_fast
+    ) as client:
         messages = ({"role": "user", "content": name},)
         return await client.complete(ChatRequest(messages, SCORE_SCHEMA, name))
 
@@ -255,3 +257,26 @@ def test_a_503_storm_counts_and_429_500_and_timeouts_do_not(
         f"judge at {fake_judge.host_port} unreachable (3 failures in a row; last: HTTP 503: "
         "service unavailable): calls fail at once for 10 s, then one probes"
     ]
+
+
+def test_a_job_client_waits_out_an_open_breaker_as_retries_sending_nothing(
+    clock: FakeClock, fake_judge: FakeJudgeServer
+) -> None:
+    """Grading jobs and searches (fail_fast off) retry through a cool-down instead of failing
+    at once; their refused attempts reach the judge no more than a trainer's do."""
+    settings = JudgeSettings(
+        fake_judge.base_url, "judge-test", None, max_retries=3,
+        breaker_failures=3, breaker_cooldown_s=10,
+    )  # fmt: skip
+    breaker = breaker_of(fake_judge.base_url)
+    for _ in range(3):  # as other calls of the process found it
+        breaker.failure(REFUSED, probe=False)
+    waited = asyncio.run(complete(settings, "job", fail_fast=False))
+    assert waited.error == (
+        f"gave up after 4 attempts; last: judge at {fake_judge.host_port} unreachable: "
+        f"{REFUSED}; retrying in 10 s"
+    )
+    assert (waited.refused, fake_judge.call_count, breaker.rejected) == (False, 0, 4)
+    clock.now += 10  # the cool-down is over: the job's next attempt is the probe
+    assert asyncio.run(complete(settings, "job", fail_fast=False)).parsed == {"score": 1.0}
+    assert (fake_judge.call_count, breaker.state) == (1, "closed")
