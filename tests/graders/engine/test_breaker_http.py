@@ -162,7 +162,7 @@ def test_no_connection_is_attempted_while_open_then_one_probe(
         breaker = breaker_of(resetting_port.base_url)
         assert breaker.state == "open"
         after_first = resetting_port.accepted
-        assert 3 <= after_first <= 8  # the three that opened it, and any already under way
+        assert after_first >= 3  # the three that opened it, and any already under way
         clock.now += 9.9
         grader.score_group_sync(TASK, group(2))
         assert resetting_port.accepted == after_first  # open: not one connection
@@ -192,12 +192,12 @@ def test_the_fake_judge_goes_down_and_comes_back(
         fake_judge.come_back()
         clock.now += 5
         still_open = grader.score_group_sync(TASK, group(3))
+        # The last failure is a refusal, or a kept-alive connection the judge dropped.
+        last = breaker_of(fake_judge.base_url)._last_failure
+        assert last in (REFUSED, "ReadError: the connection failed")
         assert (
             errors(still_open)
-            == [
-                f"step grade: judge at {fake_judge.host_port} unreachable: {REFUSED}; "
-                "retrying in 5 s"
-            ]
+            == [f"step grade: judge at {fake_judge.host_port} unreachable: {last}; retrying in 5 s"]
             * 8
         )
         assert fake_judge.call_count == 8  # up again, but nothing was sent while open
