@@ -206,3 +206,17 @@ def test_judge_settings_refuse_a_bad_breaker_setting(failures: object, cooldown_
             breaker_failures=failures,  # type: ignore[arg-type]
             breaker_cooldown_s=cooldown_s,  # type: ignore[arg-type]
         )
+
+
+def test_a_bundle_sets_the_breaker_and_a_bad_setting_is_refused_by_name() -> None:
+    from graders.engine.runtime import BundleInvalid, load_bundle
+    from tests.graders.engine.test_runtime import SCALAR, bundle_dict
+
+    bundle = bundle_dict(SCALAR, "http://judge.test/v1")
+    bundle["judge"] |= {"breaker_failures": 2, "breaker_cooldown_s": 3}
+    settings = load_bundle(bundle).settings
+    assert (settings.breaker_failures, settings.breaker_cooldown_s) == (2, 3)
+    bundle["judge"]["breaker_failures"] = -1
+    with pytest.raises(BundleInvalid) as refused:
+        load_bundle(bundle)
+    assert refused.value.messages == ["judge: breaker failures must be 0 (off) or more"]
