@@ -15,6 +15,8 @@ from graders.engine.breaker import (
     endpoint_key,
 )
 from graders.engine.judge import JudgeSettings
+from graders.engine.runtime import BundleInvalid, load_bundle
+from tests.graders.engine.test_runtime import SCALAR, bundle_dict
 
 REFUSED = "ConnectError: could not connect"
 
@@ -209,9 +211,6 @@ def test_judge_settings_refuse_a_bad_breaker_setting(failures: object, cooldown_
 
 
 def test_a_bundle_sets_the_breaker_and_a_bad_setting_is_refused_by_name() -> None:
-    from graders.engine.runtime import BundleInvalid, load_bundle
-    from tests.graders.engine.test_runtime import SCALAR, bundle_dict
-
     bundle = bundle_dict(SCALAR, "http://judge.test/v1")
     bundle["judge"] |= {"breaker_failures": 2, "breaker_cooldown_s": 3}
     settings = load_bundle(bundle).settings
