@@ -160,11 +160,12 @@ class Breaker:
         """The endpoint answered (a probe or any other attempt): the breaker closes and the
         count starts again."""
         with self._lock:
-            if self._opened_at is not None:
-                _log.warning("judge at %s answers again: calls go through", self.endpoint)
+            was_open = self._opened_at is not None
             self._consecutive = 0
             self._opened_at = None
             self._probing = False
+        if was_open:  # logged outside the lock, which every attempt takes
+            _log.warning("judge at %s answers again: calls go through", self.endpoint)
 
     def failure(self, reason: str, probe: bool) -> None:
         """The endpoint did not answer (`reason` says how, in our words, never the server's):
@@ -173,15 +174,25 @@ class Breaker:
         with self._lock:
             self._consecutive += 1
             self._last_failure = reason
-            if probe:
-                self._probing = False
-                self._open()
-            elif (
+            self._probing = self._probing and not probe
+            opens = probe or (
                 self._opened_at is None
-                and self.policy.failures
+                and bool(self.policy.failures)
                 and self._consecutive >= self.policy.failures
-            ):
-                self._open()
+            )
+            if opens:
+                self._opened_at = self._clock()
+                self.opened += 1
+            consecutive, cooldown_s = self._consecutive, self.policy.cooldown_s
+        if opens:
+            _log.warning(
+                "judge at %s unreachable (%d failures in a row; last: %s): calls fail at "
+                "once for %g s, then one probes",
+                self.endpoint,
+                consecutive,
+                reason,
+                cooldown_s,
+            )
 
     def inconclusive(self, probe: bool) -> None:
         """The attempt ended without saying whether the endpoint is up; a probe's slot is
@@ -189,18 +200,6 @@ class Breaker:
         if probe:
             with self._lock:
                 self._probing = False
-
-    def _open(self) -> None:
-        self._opened_at = self._clock()
-        self.opened += 1
-        _log.warning(
-            "judge at %s unreachable (%d failures in a row; last: %s): calls fail at once "
-            "for %g s, then one probes",
-            self.endpoint,
-            self._consecutive,
-            self._last_failure,
-            self.policy.cooldown_s,
-        )
 
     def _remaining(self) -> float:
         assert self._opened_at is not None
