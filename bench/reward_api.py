@@ -188,7 +188,8 @@ async def load(
             nonlocal unreachable
             try:
                 async with session.post(url, json=payload, headers=headers) as response:
-                    unreachable += UNREACHABLE in await response.read()
+                    answer = await response.read()  # before +=, which would read the
+                    unreachable += UNREACHABLE in answer  # count from before the await
                     statuses[index] = response.status
             except (aiohttp.ClientError, TimeoutError):
                 statuses[index] = 0  # refused or reset: a failed request, counted below
