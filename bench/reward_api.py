@@ -2,6 +2,7 @@
 
     python bench/reward_api.py [--rate 50] [--seconds 20] [--responses 8] [--latency-ms 50]
                                [--endpoint reward|get_reward] [--tasks 1] [--capture 0]
+                               [--dead-judge]
 
 Starts the app as production serves it (gunicorn with the repository's gunicorn.conf.py:
 gthread, a process per core; DEBUG off; CONN_MAX_AGE=60), or with --server runserver Django's
@@ -14,7 +15,7 @@ so a server that falls behind is charged for the queue it builds. Each request c
 `responses` responses never seen before (no judge cache hit) to a stored task (the `tasks`
 in turn), graded by a scalar grader whose calls run concurrently: one judge round per
 request. Overhead = latency - the judge's latency. Prints p50 and p99 overhead, throughput,
-the ratio of p99 overhead to the 25 ms target (at most 1 passes), and how long a fixed Python
+the ratio of p99 overhead to the 10 ms target (at most 1 passes), and how long a fixed Python
 loop takes on this host, to compare runs across hosts; on Linux also the CPU the server,
 PostgreSQL, the fake judge and this client spent per request, and the host's steal share,
 which on a shared machine move the percentiles as much as our code does.
@@ -23,6 +24,12 @@ which on a shared machine move the percentiles as much as our code does.
 groups graded is stored as captured rollouts once each answer is sent. Run it at 0 and at the
 rate to compare; the target is a p99 overhead at 0.05 within 1 ms of capture off. The run
 ends with how many groups were drawn and kept.
+
+`--dead-judge` points the project's judge at a port that refuses connections: the first
+requests open the endpoint's circuit breaker (graders/engine/breaker.py, its default policy
+unless JUDGE_BREAKER_FAILURES / JUDGE_BREAKER_COOLDOWN_S say otherwise), and the run measures
+how long the API then takes to answer, every reward failed with the breaker's reason; the
+target is a p99 latency under 100 ms. It also prints what the first request took.
 """
 
 import argparse
@@ -47,7 +54,10 @@ from bench.cpu_meter import CpuMeter  # noqa: E402
 from bench.database import bench_database_fresh, bench_environment  # noqa: E402
 from bench.judge_throughput import JudgeServerProcess  # noqa: E402
 
-TARGET_P99_OVERHEAD_MS = 25.0
+TARGET_P99_OVERHEAD_MS = 10.0
+TARGET_DEAD_JUDGE_P99_MS = 100.0
+# In every failed grade of a dead judge's answer once the breaker is open.
+UNREACHABLE = b"unreachable"
 WARMUP_REQUESTS = 40
 CLIENT_CONNECTIONS = 64
 PROMPT = "Summarise the liability cap of the deal."
@@ -59,6 +69,11 @@ def free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+def dead_judge_url() -> str:
+    """A judge URL whose port refuses connections: bound, then closed."""
+    return f"http://127.0.0.1:{free_port()}/v1"
 
 
 def setup(judge_url: str, tasks: int, capture_rate: float) -> dict[str, Any]:
@@ -151,13 +166,14 @@ async def load(
     responses: int,
     first: int,
     endpoint: str,
-) -> tuple[list[float], list[int], float]:
+) -> tuple[list[float], list[int], float, int]:
     """Send `count` requests open loop at `rate` per second; latencies in seconds from each
-    request's scheduled start, the status codes, and the seconds from first send to last
-    answer."""
+    request's scheduled start, the status codes, the seconds from first send to last
+    answer, and how many answers said the judge is unreachable."""
     headers = {"Authorization": f"Bearer {target['token']}"}
     latencies: list[float] = [0.0] * count
     statuses: list[int] = [0] * count
+    unreachable = 0
     # A trainer's HTTP pool is bounded too; past it, requests wait in the client, and the
     # wait counts in their latency (measured from the schedule).
     connector = aiohttp.TCPConnector(limit=CLIENT_CONNECTIONS)
@@ -169,9 +185,11 @@ async def load(
             scheduled = start + index / rate
             await asyncio.sleep(max(0.0, scheduled - time.perf_counter()))
             payload = body(target, first + index, responses, endpoint)
+            nonlocal unreachable
             try:
                 async with session.post(url, json=payload, headers=headers) as response:
-                    await response.read()
+                    answer = await response.read()  # before +=, which would read the
+                    unreachable += UNREACHABLE in answer  # count from before the await
                     statuses[index] = response.status
             except (aiohttp.ClientError, TimeoutError):
                 statuses[index] = 0  # refused or reset: a failed request, counted below
@@ -179,7 +197,7 @@ async def load(
 
         await asyncio.gather(*(one(index) for index in range(count)))
         elapsed = time.perf_counter() - start
-    return latencies, statuses, elapsed
+    return latencies, statuses, elapsed, unreachable
 
 
 def capture_summary(rate: float, answered: int) -> str:
@@ -227,6 +245,10 @@ def main() -> None:
         "--capture", type=float, default=0.0, metavar="RATE",
         help="the project's capture rate: the share of graded groups stored (0: off)",
     )  # fmt: skip
+    parser.add_argument(
+        "--dead-judge", action="store_true",
+        help="the judge's port refuses connections: answer times once the breaker is open",
+    )  # fmt: skip
     args = parser.parse_args()
     if not 0.0 <= args.capture <= 1.0:
         parser.error("--capture is a share of groups, from 0 to 1")
@@ -237,18 +259,25 @@ def main() -> None:
 
     django.setup()
     vendor = bench_database_fresh()
-    latency_s = args.latency_ms / 1000
+    # A dead judge answers nothing, so a request's whole latency is overhead.
+    latency_s = 0.0 if args.dead_judge else args.latency_ms / 1000
     with JudgeServerProcess(latency_s) as judge:
-        target = setup(judge.base_url, args.tasks, args.capture)
+        judge_url = dead_judge_url() if args.dead_judge else judge.base_url
+        target = setup(judge_url, args.tasks, args.capture)
         from django.db import connection
 
         connection.close()  # the server process has the database to itself
         port = free_port()
         log = Path(tempfile.gettempdir()) / f"reward-api-bench-{port}.log"
-        server = server_start(port, log, args.conn_max_age, args.server, judge.base_url)
+        server = server_start(port, log, args.conn_max_age, args.server, judge_url)
         grader_url = f"http://127.0.0.1:{port}/api/p/{target['slug']}/graders/{target['grader']}"
         url = f"{grader_url}/{args.endpoint}"
         try:
+            if args.dead_judge:  # the first request, alone: it pays for opening the breaker
+                first_latencies, _, _, _ = asyncio.run(
+                    load(url, target, rate=1, count=1, responses=args.responses, first=-1,
+                         endpoint=args.endpoint)
+                )  # fmt: skip
             warmup = load(
                 url,
                 target,
@@ -258,7 +287,7 @@ def main() -> None:
                 first=10**6,
                 endpoint=args.endpoint,
             )
-            _, warm, _ = asyncio.run(warmup)
+            _, warm, _, _ = asyncio.run(warmup)
             if set(warm) != {200}:
                 raise SystemExit(f"warm-up requests failed: statuses {sorted(set(warm))}")
             calls_before = judge.stats()["calls"]
@@ -270,7 +299,7 @@ def main() -> None:
                 if postmaster is not None:
                     roots["PostgreSQL"] = postmaster
                 meter.start(roots | {"fake judge": judge.pid, "bench client": os.getpid()})
-            latencies, statuses, elapsed = asyncio.run(
+            latencies, statuses, elapsed, unreachable = asyncio.run(
                 load(
                     url,
                     target,
@@ -308,7 +337,8 @@ def main() -> None:
     )
     print(
         f"answered:   {len(ok)} ok, {failed} failed; {judge_calls} judge calls "
-        f"(expected {len(ok) * args.responses}), at most {judge_stats['max_in_flight']} in flight"
+        f"(expected {0 if args.dead_judge else len(ok) * args.responses}), "
+        f"at most {judge_stats['max_in_flight']} in flight"
     )
     p50_ms, p99_ms, max_ms = (
         value * 1000 for value in (percentile(ok, 0.5), percentile(ok, 0.99), max(ok))
@@ -321,6 +351,13 @@ def main() -> None:
     print(f"ratio:      p99 overhead / {TARGET_P99_OVERHEAD_MS:g} ms = "
           f"{p99 / TARGET_P99_OVERHEAD_MS:.2f} (target <= 1)")  # fmt: skip
     print(f"capture:    {capture_summary(args.capture, len(ok) + WARMUP_REQUESTS)}")
+    if args.dead_judge:
+        print(
+            f"dead judge: {unreachable} of {len(ok)} answers failed with the breaker's reason; "
+            f"the first request (which opened it) took {first_latencies[0] * 1000:.0f} ms"
+        )
+        print(f"ratio:      p99 latency / {TARGET_DEAD_JUDGE_P99_MS:g} ms = "
+              f"{p99_ms / TARGET_DEAD_JUDGE_P99_MS:.2f} (target < 1)")  # fmt: skip
     if usage is not None:
         spent, steal = usage
         shares = ", ".join(

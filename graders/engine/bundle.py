@@ -20,7 +20,8 @@ Bundle format (``BUNDLE_FORMAT``, version ``BUNDLE_VERSION``)::
                "api_key_env": "JUDGE_API_KEY",       the variable that holds the key, or null
                "temperature": 0.0, "max_tokens": 1024, "max_concurrency": 8,
                "timeout_s": 60.0, "price_in_per_mtok": 0.0, "price_out_per_mtok": 0.0,
-               "response_format": "json_schema"},    optional too: "seed", "max_retries"
+               "response_format": "json_schema"},    optional too: "seed", "max_retries",
+                                                     "breaker_failures", "breaker_cooldown_s"
      "tasks": {"<task id>": {"prompt": "...", "instructions": "...",
                              "documents": [{"id": "...", "title": "...", "text": "..."}]}},
      "rubrics": {"<task id>": [{"id": "c1", "text": "...", "weight": 3.0}]},
@@ -841,7 +842,9 @@ class Grader:
                 del self._rubric_locks[stale_key]
             client = self._clients.get(loop)
             if client is None:
-                client = JudgeClient(self.settings, self.cache, self.budget, self.transport)
+                client = JudgeClient(
+                    self.settings, self.cache, self.budget, self.transport, fail_fast=True
+                )
                 self._clients[loop] = client
             return client
 

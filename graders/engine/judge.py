@@ -34,6 +34,7 @@ from typing import Any, Literal, Protocol
 
 import httpx
 
+from graders.engine.breaker import BREAKERS, GATEWAY_DOWN, BreakerOpen, breaker_policy
 from graders.engine.egress import EgressPolicy, EgressRefused
 from graders.engine.jsonout import OutputInvalid, extract_json_object, validate, wire_schema
 from graders.engine.judge_http import HttpReply, JudgeTransport, client_timeout, ssl_context
@@ -48,6 +49,9 @@ _log = logging.getLogger(__name__)
 SCHEMA_NAME = "judge_output"
 # Network failures worth another attempt; UnsupportedProtocol or a bad proxy URL are not.
 _TRANSIENT_ERRORS = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+# Timeouts after the connection was made (graders/engine/breaker.py: slow is not dead). A
+# connect timeout reaches us as ConnectTimeout, or as a plain TimeoutException from aiohttp.
+_SLOW_ERRORS = (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout)
 _QUOTA_WORDS = ("quota", "billing")
 # How refusals read at OpenAI, vLLM and llama.cpp, to pick the fixed reason shown for them.
 _CONTEXT_WORDS = ("context length", "context_length", "maximum context", "context size")
@@ -70,6 +74,10 @@ class _CallFailed(Exception):
     """A call ended without a usable completion; the message becomes ChatResult.error."""
 
 
+class _Refused(_CallFailed):
+    """The endpoint's breaker is open: the call stops before sending (another) request."""
+
+
 @dataclass(frozen=True)
 class JudgeSettings:
     """Where and how to call the judge. Holds the name of the key's environment variable,
@@ -87,6 +95,11 @@ class JudgeSettings:
     price_out_per_mtok: float = 0.0
     seed: int | None = 0
     response_format: ResponseFormat = "json_schema"
+    # The endpoint's circuit breaker (graders/engine/breaker.py): open after this many
+    # consecutive connection failures, for this many seconds; None: JUDGE_BREAKER_FAILURES
+    # and JUDGE_BREAKER_COOLDOWN_S from the environment, else 5 and 15 s. 0 failures: off.
+    breaker_failures: int | None = None
+    breaker_cooldown_s: float | None = None
     # Where the client may connect and send the key (graders/engine/egress.py); None checks
     # nothing, for a training job whose operator set the judge. Never read from a bundle.
     egress: EgressPolicy | None = None
@@ -97,6 +110,7 @@ class JudgeSettings:
             raise ValueError(f"unknown response_format {self.response_format!r}")
         if self.max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
+        breaker_policy(self.breaker_failures, self.breaker_cooldown_s, environ={})  # checked
 
 
 @dataclass(frozen=True)
@@ -128,6 +142,9 @@ class ChatResult:
     cost: float = 0.0
     cached: bool = False
     request_key: str = ""
+    # The call ended on the endpoint's open circuit breaker, sending no (further) request;
+    # `error` says why and until when.
+    refused: bool = False
 
     @property
     def ok(self) -> bool:
@@ -269,6 +286,14 @@ class JudgeClient:
     With `settings.egress`, the base URL and key variable are checked (EgressRefused) before
     the key is read, and connections go to allowed addresses only; a transport passed in must
     then enforce the same policy.
+
+    Every attempt goes through the endpoint's circuit breaker (graders/engine/breaker.py),
+    shared by the process's clients, so no request is sent while it is open. With
+    `fail_fast` (a trainer's Grader, the reward API: an answer now beats a late one), a call
+    then fails at once with the reason, and a call whose failure opened it stops retrying.
+    Without it (grading jobs, searches: a judge that restarts within the retries should not
+    fail a run), a refused attempt waits out the cool-down, capped like any back-off, and
+    counts as a retry.
     """
 
     def __init__(
@@ -281,6 +306,7 @@ class JudgeClient:
         backoff_base_s: float = 0.5,
         backoff_cap_s: float = 30.0,
         stop: Callable[[], bool] | None = None,
+        fail_fast: bool = False,
     ) -> None:
         if settings.egress is not None:
             settings.egress.check(settings.base_url, settings.api_key_env)
@@ -293,6 +319,10 @@ class JudgeClient:
         self._stop = stop
         self._backoff_base_s = backoff_base_s
         self._backoff_cap_s = backoff_cap_s
+        self._fail_fast = fail_fast
+        # Raises ValueError for a bad setting or variable, before any work.
+        policy = breaker_policy(settings.breaker_failures, settings.breaker_cooldown_s)
+        self._breaker = BREAKERS.get(settings.base_url, policy)
         # Waiting calls go in by graders.engine.slots.call_priority, then in arrival order.
         self._semaphore = PrioritySlots(settings.max_concurrency)
         self._in_flight: dict[str, asyncio.Future[None]] = {}
@@ -348,7 +378,13 @@ class JudgeClient:
         result.request_key = key
         self.usage.add(result)
         if result.error is not None:
-            _log.warning("judge call %s failed: %s", request.name, result.error)
+            # Refusals are many and alike; the breaker logs its opening and closing instead.
+            _log.log(
+                logging.DEBUG if result.refused else logging.WARNING,
+                "judge call %s failed: %s",
+                request.name,
+                result.error,
+            )
         return result
 
     async def _cache_lookup(self, cache: JudgeCache, key: str) -> dict[str, Any] | None:
@@ -434,7 +470,13 @@ class JudgeClient:
                 response = await self._post_with_retries(body, request.name)
                 text, tokens_in, tokens_out = _read_completion(response)
             except _CallFailed as failure:
-                return ChatResult(None, None, str(failure), latency_s=time.perf_counter() - started)
+                return ChatResult(
+                    None,
+                    None,
+                    str(failure),
+                    latency_s=time.perf_counter() - started,
+                    refused=isinstance(failure, _Refused),
+                )
             latency_s = time.perf_counter() - started
         cost = (
             tokens_in * self.settings.price_in_per_mtok
@@ -480,7 +522,12 @@ class JudgeClient:
         while True:
             wait: float | None = None
             try:
-                response = await self._post(body)
+                response = await self._attempt(body)
+            except BreakerOpen as exc:
+                if self._fail_fast:
+                    raise _Refused(str(exc)) from None
+                # A job waits out the cool-down (capped), a retry like any other.
+                problem, wait = str(exc), exc.retry_in_s or None
             except EgressRefused as exc:  # the host resolved to an address it may not use
                 raise _CallFailed(str(exc)) from None
             except _TRANSIENT_ERRORS as exc:
@@ -495,11 +542,38 @@ class JudgeClient:
                 wait = retry_after_seconds(response.headers.get("retry-after"))
             if retries >= self.settings.max_retries:
                 raise _CallFailed(f"gave up after {retries + 1} attempts; last: {problem}")
+            if self._fail_fast:
+                try:
+                    self._breaker.check()  # open now (this failure, or others meanwhile): stop
+                except BreakerOpen as exc:
+                    raise _Refused(str(exc)) from None
             retries += 1
             self.usage.retries += 1
             delay = min(wait, self._backoff_cap_s) if wait is not None else self._backoff(retries)
             _log.info("judge call %s: %s; retry %d in %.2fs", name, problem, retries, delay)
             await asyncio.sleep(delay)
+
+    async def _attempt(self, body: bytes) -> HttpReply:
+        """One POST, let through by the endpoint's breaker (BreakerOpen if not), and its
+        outcome told to the breaker: no answer or a gateway's "down" counts against the
+        endpoint, any other answer for it, a timeout after connecting neither."""
+        probe = self._breaker.admit()
+        try:
+            response = await self._post(body)
+        except _SLOW_ERRORS:
+            self._breaker.inconclusive(probe)
+            raise
+        except _TRANSIENT_ERRORS as exc:
+            self._breaker.failure(_network_problem(exc), probe)
+            raise
+        except BaseException:
+            self._breaker.inconclusive(probe)
+            raise
+        if response.status_code in GATEWAY_DOWN:
+            self._breaker.failure(f"HTTP {response.status_code}: {_http_reason(response)}", probe)
+        else:
+            self._breaker.success()
+        return response
 
     def _backoff(self, retry: int) -> float:
         """Full jitter: spreads out clients that failed together so they do not retry together."""

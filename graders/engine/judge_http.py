@@ -9,14 +9,16 @@ calls in sequence). The bytes on the wire are the same either way (tests/graders
 test_judge.py), so judges and their caches see no difference.
 
 Failures come out as the httpx exceptions httpx-aiohttp maps them to, so the client's retry
-rules read one set of exception types whichever path a call took.
+rules read one set of exception types whichever path a call took; except that a connection
+refused or reset is ConnectError or ReadError, where httpx-aiohttp says ConnectTimeout.
 """
 
+import contextlib
 import functools
 import json
 import socket
 import ssl
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -131,7 +133,7 @@ class JudgeTransport(httpx.AsyncBaseTransport):
         """POST `body` with exactly these headers; the whole answer, read, and decoded as its
         Content-Encoding says unless `decompress` is off (httpx decodes for itself)."""
         try:
-            with map_aiohttp_exceptions():
+            with map_aiohttp_exceptions(), _connection_failures_named():
                 async with self._client().post(
                     url,
                     data=body,
@@ -167,6 +169,19 @@ class JudgeTransport(httpx.AsyncBaseTransport):
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+@contextlib.contextmanager
+def _connection_failures_named() -> Iterator[None]:
+    """httpx-aiohttp maps every aiohttp connection error to ConnectTimeout, so a refused
+    connection read "timed out"; these two say what happened (the circuit breaker quotes
+    it): no connection made is ConnectError, one dropped before the answer is ReadError."""
+    try:
+        yield
+    except aiohttp.ClientConnectorError as exc:
+        raise httpx.ConnectError(str(exc)) from exc
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+        raise httpx.ReadError(str(exc)) from exc
 
 
 @functools.cache

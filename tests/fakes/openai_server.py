@@ -15,6 +15,7 @@ Tests script it:
 - `script(*faults)`: the next requests fail in the given ways, one fault per request, in order;
 - `responder`: a function from the parsed request body to the assistant's content string, so a
   score can depend on what the prompt contains;
+- `go_down()` / `come_back()`: the port refuses connections, then serves again;
 - `hold()` / `release()`: requests arriving meanwhile wait unread (not counted, recorded or
   answered) until the release; one whose client goes away meanwhile (a killed worker) is dropped
   unseen, so a test can kill a client with nothing it asked half-answered (`held` counts them).
@@ -275,10 +276,20 @@ class FakeJudgeServer:
         self._thread.join(timeout=10)
         self._loop.close()
 
-    async def _listen(self) -> None:
+    def go_down(self) -> None:
+        """Stop listening and drop every connection, as a judge process that died: new
+        connections to its port are refused until come_back()."""
+        asyncio.run_coroutine_threadsafe(self._close(), self._loop).result(timeout=10)
+
+    def come_back(self) -> None:
+        """Listen again on the same port (and base URL) after go_down()."""
+        port = int(self.host_port.rsplit(":", 1)[1])
+        asyncio.run_coroutine_threadsafe(self._listen(port), self._loop).result(timeout=10)
+
+    async def _listen(self, port: int = 0) -> None:
         self._open = asyncio.Event()
         self._open.set()
-        self._server = await self._loop.create_server(lambda: _Connection(self), "127.0.0.1", 0)
+        self._server = await self._loop.create_server(lambda: _Connection(self), "127.0.0.1", port)
         host, port = self._server.sockets[0].getsockname()[:2]
         self.host_port = f"{host}:{port}"
         self.base_url = f"http://{self.host_port}/v1"
