@@ -13,7 +13,7 @@ TERMS = {
     # The task sets of a search (DESIGN.md, "Search").
     "D_meta": "proposer's examples",
     "D_selection": "selection tasks",
-    "D_eval": "held-out evaluation tasks",
+    "D_eval": "held-out tasks",
     # The splits that hold them.
     "meta": "proposer's examples",
     "selection": "selection",
@@ -28,10 +28,10 @@ TERMS = {
     "human_majority": "majority of the experts",
     "human_majority_without_self": "majority of the other experts",
     # Grader program kinds (graders/engine/programs.py).
-    "scalar": "score one response",
-    "pairwise": "compare two responses",
-    "rubric": "score against a rubric",
-    "pairwise_rubric": "compare two against a rubric",
+    "scalar": "single score",
+    "pairwise": "pairwise",
+    "rubric": "rubric",
+    "pairwise_rubric": "pairwise, with a rubric",
     # Who made a score or a label.
     "true_grader": "true grader",
     "synthetic": "synthetic (generated)",
