@@ -65,10 +65,6 @@ NOT_PAGES = {
         "a file download, not a page",
     ),
 }  # fmt: skip
-NOT_PAGE_PREFIXES = {
-    "api-": "the JSON API (its reference is the api-docs page, visited here)",
-    "admin:": "Django's own admin, styled by Django",
-}
 
 
 @dataclass
@@ -218,20 +214,26 @@ def seed(django_settings: Any) -> Seeded:
 
 
 def _named_patterns(
-    patterns: list[URLPattern | URLResolver] | None = None, prefix: str = ""
-) -> Iterator[tuple[str, URLPattern]]:
+    patterns: list[URLPattern | URLResolver] | None = None, namespace: str = "", route: str = ""
+) -> Iterator[tuple[str, URLPattern, str]]:
+    """(name with its namespace, pattern, the route from the site's root) of every named URL."""
     for entry in get_resolver().url_patterns if patterns is None else patterns:
+        here = route + str(entry.pattern)
         if isinstance(entry, URLResolver):
-            namespace = f"{prefix}{entry.namespace}:" if entry.namespace else prefix
-            yield from _named_patterns(entry.url_patterns, namespace)
+            inner = f"{namespace}{entry.namespace}:" if entry.namespace else namespace
+            yield from _named_patterns(entry.url_patterns, inner, here)
         elif entry.name:
-            yield f"{prefix}{entry.name}", entry
+            yield f"{namespace}{entry.name}", entry, here
 
 
-def _skip_reason(name: str) -> str | None:
+def _skip_reason(name: str, route: str) -> str | None:
     if name in NOT_PAGES:
         return NOT_PAGES[name]
-    return next((why for start, why in NOT_PAGE_PREFIXES.items() if name.startswith(start)), None)
+    if route.startswith("api/"):
+        return "the JSON API (its reference is the api-docs page, visited here)"
+    if name.startswith("admin:"):
+        return "Django's own admin, styled by Django"
+    return None
 
 
 def visits(seeded: Seeded) -> list[Visit]:
@@ -280,8 +282,8 @@ def visits(seeded: Seeded) -> list[Visit]:
     }
     found: list[Visit] = []
     unlisted = []
-    for name, pattern in _named_patterns():
-        if _skip_reason(name) is not None:
+    for name, pattern, route in _named_patterns():
+        if _skip_reason(name, route) is not None:
             continue
         if name == "job-detail":
             found.append(Visit(name, "admin", reverse(name, args=[o["job"].pk])))
