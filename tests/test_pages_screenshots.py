@@ -178,10 +178,11 @@ def _audit(project: Project, endpoint: JudgeEndpoint, admin: User) -> dict[str, 
 
 
 def _synthesis(project: Project, endpoint: JudgeEndpoint, admin: User) -> dict[str, Any]:
+    # The demo synthesis was imported; a run stands in as the one that made it, so the run
+    # page and the funnel show its cells.
     demo = Synthesis.objects.get(project=project)
-    generated = Synthesis.objects.create(project=project, external_id="screens", judges=[])
     run = SynthesisRun.objects.create(
-        project=project, synthesis=generated, job=_finished_job(project, "synthesis", admin),
+        project=project, synthesis=demo, job=_finished_job(project, "synthesis", admin),
         writer=endpoint, created_by=admin,
     )  # fmt: skip
     run.agents.set([endpoint])
