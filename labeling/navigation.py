@@ -19,23 +19,22 @@ class Entry:
 
 @dataclass(frozen=True)
 class Section:
-    key: str
     label: str
     entries: tuple[Entry, ...]
 
 
 SECTIONS = (
-    Section("label", "Label", (
+    Section("Label", (
         Entry("label", "Label pairs", Perm.LABEL, ("label-revise",)),
         Entry("grade", "Grade criteria", Perm.LABEL),
         Entry("queue", "Queue", Perm.VIEW),
     )),
-    Section("review", "Review", (
+    Section("Review", (
         Entry("rubric-list", "Rubrics", Perm.REVIEW, ("rubric-review",)),
         Entry("audits", "Audits", Perm.REVIEW, ("audit", "audit-verdict")),
         Entry("agreement", "Agreement", Perm.VIEW),
     )),
-    Section("graders", "Graders", (
+    Section("Graders", (
         Entry("graders", "Graders", Perm.SEE_SOURCES,
               ("program", "drift", "grading-run", "grade-trace", "grader-research")),
         Entry("searches", "Search", Perm.SEE_SOURCES, ("search", "search-candidate")),
@@ -45,14 +44,14 @@ SECTIONS = (
         Entry("judges", "Judges", Perm.SEE_SOURCES, ("judge-edit",)),
         Entry("meta-eval", "Judge accuracy", Perm.SEE_SOURCES),
     )),
-    Section("data", "Data", (
+    Section("Data", (
         Entry("task-list", "Tasks", Perm.VIEW, ("task-detail",)),
         Entry("import", "Import", Perm.IMPORT),
         Entry("splits", "Splits", Perm.VIEW),
         Entry("export", "Export (JSONL)", Perm.EXPORT),
         Entry("lineage", "Lineage", Perm.SEE_SOURCES),
     )),
-    Section("settings", "Settings", (
+    Section("Settings", (
         Entry("api-tokens", "API tokens", Perm.MANAGE, ("api-docs",)),
         Entry("annotators", "Annotators", Perm.MANAGE),
         Entry("admin:index", "Django admin", None),
@@ -71,7 +70,6 @@ class MenuEntry:
 
 @dataclass
 class MenuSection:
-    key: str
     label: str
     current: bool
     entries: list[MenuEntry] = field(default_factory=list)
@@ -83,7 +81,7 @@ def project_menu(
     """The sections `access` may use, each with its permitted entries, the current one marked."""
     menu = []
     for section in SECTIONS:
-        shown = MenuSection(section.key, section.label, current=False)
+        shown = MenuSection(section.label, current=False)
         for entry in section.entries:
             if not (is_staff if entry.perm is None else access.can(entry.perm)):
                 continue

@@ -34,7 +34,17 @@ from graders.services import baselines_ensure, local_demo_endpoint_ensure, metag
 from graders.tokens import token_create
 from labeling.demo import demo_load, demo_synthesis_load
 from labeling.jobs import job_create
-from labeling.models import Job, JobStatus, Project, Response, Rubric, Synthesis, Task
+from labeling.models import (
+    Dimension,
+    Job,
+    JobStatus,
+    Project,
+    Response,
+    Rubric,
+    RubricItem,
+    Synthesis,
+    Task,
+)
 from reviews.demo import demo_rubrics_load
 from reviews.models import AuditRun, AuditVerdict
 
@@ -161,7 +171,7 @@ def _search(project: Project, endpoint: JudgeEndpoint, admin: User) -> dict[str,
 def _audit(project: Project, endpoint: JudgeEndpoint, admin: User) -> dict[str, Any]:
     rubric = Rubric.objects.filter(task__project=project).select_related("task").first()
     assert rubric is not None, "the demo has rubrics"
-    item = rubric.items.first()
+    item = RubricItem.objects.filter(rubric=rubric).first()
     audit = AuditRun.objects.create(
         project=project, job=_finished_job(project, "audit", admin), endpoint=endpoint,
         split="eval",
@@ -186,7 +196,7 @@ def _synthesis(project: Project, endpoint: JudgeEndpoint, admin: User) -> dict[s
         writer=endpoint, created_by=admin,
     )  # fmt: skip
     run.agents.set([endpoint])
-    run.dimensions.set(list(project.dimensions.all()[:1]))
+    run.dimensions.set(list(Dimension.objects.filter(project=project)[:1]))
     sweep = SynthesisSweep.objects.create(
         project=project, synthesis=demo, job=_finished_job(project, "synthesis_sweep", admin),
         evaluators=[{"name": "local-demo", "endpoint": endpoint.pk, "metagrader": None}],

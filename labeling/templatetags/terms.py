@@ -1,7 +1,7 @@
 """Plain words for the paper's and the code's names. `{{ name|term }}` shows the plain label
-with the exact name in a hover and focus hint (<abbr title>), so a reader who knows the
-paper still finds its term; a name this module does not know is shown as it is, escaped.
-`{{ name|plain }}` is the plain label alone, for attributes and option text."""
+with the exact name as its hint (<abbr title>, shown on hover), so a reader who knows the
+paper still finds its term; a name this module does not know (the plain words already:
+"selection", "pairwise") is shown as it is, escaped."""
 
 from django import template
 from django.utils.html import format_html
@@ -16,39 +16,25 @@ TERMS = {
     "D_eval": "held-out tasks",
     # The splits that hold them.
     "meta": "proposer's examples",
-    "selection": "selection",
     "eval": "held-out evaluation",
     "train": "training",
     "unassigned": "not in a split",
-    # Metrics.
-    "ranking_accuracy": "ranking accuracy",
-    "tolerant_ranking_accuracy": "ranking accuracy, near-ties forgiven",
-    "within_task_spearman": "rank correlation within a task",
     # Agreement references (labeling/agreement_stats.py).
     "human_majority": "majority of the experts",
     "human_majority_without_self": "majority of the other experts",
     # Grader program kinds (graders/engine/programs.py).
     "scalar": "single score",
-    "pairwise": "pairwise",
-    "rubric": "rubric",
     "pairwise_rubric": "pairwise, with a rubric",
     # Who made a score or a label.
     "true_grader": "true grader",
     "synthetic": "synthetic (generated)",
-    "best_of_n": "best of N",
 }
-
-
-@register.filter
-def plain(name: object) -> str:
-    text = str(name)
-    return TERMS.get(text, text)
 
 
 @register.filter
 def term(name: object) -> SafeString:
     text = str(name)
     label = TERMS.get(text)
-    if label is None or label == text:
+    if label is None:
         return format_html("{}", text)
     return format_html('<abbr class="term" title="{}">{}</abbr>', text, label)
