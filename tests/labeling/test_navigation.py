@@ -108,5 +108,12 @@ def test_menus_open_with_enter_and_close_with_escape(
     # The current section (Data, on the task list) is marked, and so is its page.
     assert "current" in (data.get_attribute("class") or "")
     assert data.locator('a[aria-current="page"]').text_content() == "Tasks"
+    # On a phone the last menu's panel stays on screen: inside the width, no sideways scroll.
+    page.set_viewport_size({"width": 420, "height": 800})
+    settings = page.locator("details.menu", has=page.locator("summary", has_text="Settings"))
+    settings.locator("summary").click()
+    box = settings.locator("ul").bounding_box()
+    assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 420
+    assert page.evaluate("document.documentElement.scrollWidth") <= 420
     assert page.dialogs_seen == []
     page.context.close()
