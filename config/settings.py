@@ -92,6 +92,7 @@ TEMPLATES = [
                 "django.template.context_processors.csp",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "labeling.notification_badge.unread_notifications",
             ],
         },
     },
@@ -159,6 +160,29 @@ JUDGE_PRIVATE_HOSTS = env_list("JUDGE_PRIVATE_HOSTS", "")
 # Public hosts judge endpoints may point at, port-aware ("api.openai.com" is its https port;
 # "host:8000" names one); empty: any public host.
 JUDGE_BASE_URL_HOSTS = env_list("JUDGE_BASE_URL_HOSTS", "")
+
+# Email, through Django's mailers: SMTP at EMAIL_HOST (default localhost, as Django's own
+# default; EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD, EMAIL_USE_TLS), or the backend
+# EMAIL_BACKEND names (django.core.mail.backends.console.EmailBackend for development). A user
+# is told by email too when a job they started stops (labeling/notifications.py) if
+# NOTIFY_BY_EMAIL is on, as it is once EMAIL_HOST is set; the links in those emails start with
+# SITE_URL (https://workbench.example.org).
+_SMTP_HOST = os.environ.get("EMAIL_HOST", "")
+_SMTP = {
+    "BACKEND": "django.core.mail.backends.smtp.EmailBackend",
+    "OPTIONS": {
+        "host": _SMTP_HOST or "localhost",
+        "port": int(os.environ.get("EMAIL_PORT", 25)),
+        "username": os.environ.get("EMAIL_HOST_USER", ""),
+        "password": os.environ.get("EMAIL_HOST_PASSWORD", ""),
+        "use_tls": env_bool("EMAIL_USE_TLS", False),
+    },
+}
+_MAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "")
+MAILERS = {"default": {"BACKEND": _MAIL_BACKEND} if _MAIL_BACKEND else _SMTP}
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "workbench@localhost")
+NOTIFY_BY_EMAIL = env_bool("NOTIFY_BY_EMAIL", bool(_SMTP_HOST))
+SITE_URL = os.environ.get("SITE_URL", "").rstrip("/")
 
 # Files up to this size import inside the request; larger ones become a background job.
 # The cache holds the reward API's per-token request counts and the login failure counts.

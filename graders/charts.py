@@ -12,6 +12,16 @@ from typing import Any
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
+from labeling.charts import (
+    BAR_GAP,
+    BAR_HEIGHT,
+    BAR_RIGHT,
+    BAR_TOP,
+    WIDTH,
+)
+from labeling.charts import n as _n
+from labeling.charts import short as _short
+
 Point = Mapping[str, Any]
 
 # The gap (selection minus eval accuracy) may grow by this much before the page warns.
@@ -19,7 +29,7 @@ GAP_WIDENING = 0.05
 # 0.11 - 0.06 is not exactly 0.05 in floating point.
 EPSILON = 1e-9
 
-WIDTH, HEIGHT = 640, 300
+HEIGHT = 300
 LEFT, RIGHT, TOP, BOTTOM = 64, 24, 16, 72
 # Points keep this far from the plot's left and right edges, whiskers included.
 INSET = 16
@@ -279,18 +289,6 @@ def _legend(series: Sequence[tuple[str, str, float]]) -> SafeString:
     )
 
 
-SCATTER_LABEL = 24
-
-
-def _short(text: str) -> str:
-    return text if len(text) <= SCATTER_LABEL else text[: SCATTER_LABEL - 1] + "…"
-
-
-def _n(value: float) -> str:
-    """A coordinate, short enough to keep the markup small."""
-    return f"{value:.1f}"
-
-
 def scatter_svg(
     points: Sequence[Point], *, x_key: str, y_key: str, x_label: str, y_label: str, title: str
 ) -> SafeString:
@@ -349,95 +347,6 @@ def scatter_svg(
         WIDTH, HEIGHT, title, y_label, x_label,
     )  # fmt: skip
     return mark_safe(head + grid + axes + dots + "</svg>")
-
-
-BAR_HEIGHT, BAR_GAP = 22, 10
-BAR_LEFT, BAR_RIGHT, BAR_TOP = 96, 24, 12
-# Segment fills by position (app.css .chart .bar.s0 ... s5); later series reuse the last.
-BAR_FILLS = 6
-
-
-def stacked_bars_svg(
-    *,
-    title: str,
-    description: str,
-    series: Sequence[str],
-    bars: Sequence[tuple[str, Sequence[int]]],
-) -> SafeString:
-    """Horizontal stacked bars drawn on the server: one bar per (label, counts), one segment
-    per series, all scaled to the longest bar so lengths compare across bars; each segment
-    carries its count as a tooltip and a legend names the series. The page shows the same
-    numbers in a table beside it."""
-    longest = max([sum(counts) for _, counts in bars] + [1])
-    plot_w = WIDTH - BAR_LEFT - BAR_RIGHT
-    legend_y = BAR_TOP + len(bars) * (BAR_HEIGHT + BAR_GAP) + 12
-    height = legend_y + 24
-    parts = [
-        format_html(
-            '<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {} {}" '
-            'role="img" aria-label="{}"><title>{}</title><desc>{}</desc>',
-            WIDTH,
-            height,
-            title,
-            title,
-            description,
-        )
-    ]
-    for row, (label, counts) in enumerate(bars):
-        y = BAR_TOP + row * (BAR_HEIGHT + BAR_GAP)
-        parts.append(
-            format_html(
-                '<text class="tick" x="{}" y="{}" text-anchor="end">{}</text>',
-                BAR_LEFT - 6,
-                _n(y + BAR_HEIGHT / 2 + 4),
-                label,
-            )
-        )
-        x = float(BAR_LEFT)
-        for index, (name, count) in enumerate(zip(series, counts, strict=True)):
-            if count <= 0:
-                continue
-            width = plot_w * count / longest
-            parts.append(
-                format_html(
-                    '<rect class="bar s{}" x="{}" y="{}" width="{}" height="{}">'
-                    "<title>{}: {} {}</title></rect>",
-                    min(index, BAR_FILLS - 1),
-                    _n(x),
-                    y,
-                    _n(width),
-                    BAR_HEIGHT,
-                    label,
-                    count,
-                    name,
-                )
-            )
-            x += width
-        parts.append(
-            format_html(
-                '<text class="tick" x="{}" y="{}">{}</text>',
-                _n(x + 4),
-                _n(y + BAR_HEIGHT / 2 + 4),
-                sum(counts),
-            )
-        )
-    x = BAR_LEFT
-    for index, name in enumerate(series):
-        parts.append(
-            format_html(
-                '<rect class="bar s{}" x="{}" y="{}" width="12" height="12"/>'
-                '<text class="legend" x="{}" y="{}">{}</text>',
-                min(index, BAR_FILLS - 1),
-                x,
-                legend_y,
-                x + 16,
-                legend_y + 10,
-                name,
-            )
-        )
-        x += 24 + 7 * len(name)
-    parts.append(mark_safe("</svg>"))
-    return mark_safe("".join(parts))
 
 
 P_BEST_LEFT, P_BEST_TICKS = 180, (0.0, 0.25, 0.5, 0.75, 1.0)

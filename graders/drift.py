@@ -18,7 +18,7 @@ and turns graders/engine/drift.py's figures into a JSON-safe report.
   overall figure bootstrapped) unless the full report is already cached.
 """
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -68,28 +68,7 @@ class Selection:
 
 def grader_selection(*, grader: Metagrader) -> Selection:
     """The search that chose the grader, its snapshot and the accuracy the search ranked by."""
-    chosen = (
-        GraderSelection.objects.filter(metagrader=grader, search__isnull=False)
-        .select_related("search__snapshot")
-        .order_by("-selected_at")
-        .first()
-    )
-    search = chosen.search if chosen else None
-    if search is None:
-        search = (
-            SearchRun.objects.filter(winner__metagrader=grader)
-            .select_related("snapshot")
-            .order_by("-created_at")
-            .first()
-        )
-    if search is None:
-        candidate = (
-            Candidate.objects.filter(metagrader=grader)
-            .select_related("search__snapshot")
-            .order_by("-search__created_at")
-            .first()
-        )
-        search = candidate.search if candidate else None
+    search = selection_searches([grader.pk])[grader.pk]
     if search is None:
         return Selection(None, None, None)
     candidacy = (
@@ -99,6 +78,33 @@ def grader_selection(*, grader: Metagrader) -> Selection:
     )
     evaluation = candidacy.selection_run.evaluation if candidacy and candidacy.selection_run else {}
     return Selection(search, search.snapshot, evaluation.get("tolerant_ranking_accuracy"))
+
+
+def selection_searches(grader_ids: Collection[int]) -> dict[int, SearchRun | None]:
+    """For each grader, the search that chose it, with its snapshot: the latest search that
+    promoted it, else the latest it won, else the latest it was a candidate in; None when no
+    search ever ranked it. Three queries for any number of graders."""
+    wanted = set(grader_ids)
+    found: dict[int, SearchRun] = {}
+    promoting = GraderSelection.objects.filter(metagrader_id__in=wanted, search__isnull=False)
+    for selection in promoting.select_related("search__snapshot").order_by("selected_at", "pk"):
+        assert selection.search is not None
+        found[selection.metagrader_id] = selection.search  # the latest stays
+    rest = wanted - set(found)
+    if rest:
+        won = SearchRun.objects.filter(winner__metagrader_id__in=rest)
+        for search in won.select_related("snapshot", "winner").order_by("created_at", "pk"):
+            assert search.winner is not None and search.winner.metagrader_id is not None
+            found[search.winner.metagrader_id] = search
+    rest = wanted - set(found)
+    if rest:
+        candidacies = Candidate.objects.filter(metagrader_id__in=rest)
+        for candidate in candidacies.select_related("search__snapshot").order_by(
+            "search__created_at", "pk"
+        ):
+            assert candidate.metagrader_id is not None
+            found[candidate.metagrader_id] = candidate.search
+    return {pk: found.get(pk) for pk in wanted}
 
 
 def promoted_graders(*, project: Project) -> list[Metagrader]:

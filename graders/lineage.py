@@ -14,10 +14,15 @@ from typing import Any
 
 from django.db.models import Count, Max, Min, Q, Sum
 
-from graders.drift import drift_labels, drift_report, promoted_graders, report_warnings
+from graders.drift import (
+    drift_labels,
+    drift_report,
+    promoted_graders,
+    report_warnings,
+    selection_searches,
+)
 from graders.models import (
     AliasMove,
-    Candidate,
     CapturedGroup,
     GraderAlias,
     GraderExport,
@@ -92,36 +97,14 @@ def project_lineage(*, project: Project) -> Lineage:
     for move in moves:
         if move.to_metagrader_id in versions:
             versions[move.to_metagrader_id].moves.append(move)
-    by_pk = {search.pk: search for search in searches}
-    candidacies = Candidate.objects.filter(metagrader_id__in=list(versions)).order_by(
-        "search__created_at", "pk"
-    )
-    last_candidacy = dict(candidacies.values_list("metagrader_id", "search_id"))
+    chosen_by = selection_searches(list(versions))
     for pk, version in versions.items():
-        version.snapshot = _selection_snapshot(version, by_pk, last_candidacy.get(pk))
+        search = chosen_by[pk]
+        version.snapshot = search.snapshot if search else None
     _add_traffic(versions)
     _add_fresh_labels(project, versions)
     _add_drift(project, versions)
     return Lineage(snapshots=_snapshots(project, searches), versions=list(versions.values()))
-
-
-def _selection_snapshot(
-    version: Version, searches: dict[int, SearchRun], candidacy: int | None
-) -> LabelSnapshot | None:
-    """The labels the version was chosen on, as graders/drift.py's grader_selection reads
-    them: the search that promoted it, else the latest search it won, else the latest it was
-    a candidate in."""
-    promoting = [searches[s.search_id] for s in version.selections if s.search_id in searches]
-    search = (
-        promoting[-1]
-        if promoting
-        else version.won[-1]
-        if version.won
-        else searches.get(candidacy)
-        if candidacy
-        else None
-    )
-    return search.snapshot if search else None
 
 
 def _snapshots(

@@ -61,10 +61,10 @@ from graders.capture import get_reward_capture, reward_capture
 from graders.engine.programs import KINDS
 from graders.engine.runtime import GradeResult
 from graders.models import ApiToken, GraderAlias, GraderSelection, Metagrader, TokenScope
+from graders.reward_gather import GATHER_PARAMETERS, GatherIn, get_reward_answer
 from graders.reward_grading import (
     OPENRLHF_FAILURE_REWARD,
     RequestJudgeCache,
-    openrlhf_score,
     reward_record,
     reward_score,
 )
@@ -430,6 +430,12 @@ class ExtraLogsOut(serializers.Serializer):
     grader_failed = serializers.ListField(
         child=serializers.FloatField(), help_text="1.0 where grading failed, else 0.0."
     )
+    group_incomplete = serializers.ListField(
+        child=serializers.FloatField(),
+        required=False,
+        help_text="With group_size only: 1.0 where the sample's group was graded before it "
+        "filled (wait_s ran out).",
+    )
 
 
 class GetRewardOut(serializers.Serializer):
@@ -586,12 +592,23 @@ def _reward_respond(request: Request, metagrader: Metagrader) -> Response:
 def _get_reward_respond(request: Request, metagrader: Metagrader) -> Response:
     data = GetRewardIn(data=request.data)
     data.is_valid(raise_exception=True)
-    payload, answers = openrlhf_score(metagrader=metagrader, data=data.validated_data)
-    body = {"grader": _grader_json(metagrader), **payload}
-    capture = get_reward_capture(
-        token=request.auth, metagrader=metagrader, data=data.validated_data, payload=payload
+    options = GatherIn(data=request.query_params)
+    options.is_valid(raise_exception=True)
+    answer = get_reward_answer(
+        metagrader=metagrader,
+        token=request.auth,
+        data=data.validated_data,
+        options=options.validated_data,
     )
-    return _answered(request, metagrader, body, answers, len(payload["rewards"]), capture)
+    body = {"grader": _grader_json(metagrader), **answer.payload}
+    capture = None
+    if answer.graded is not None:  # the group this request graded
+        group, payload = answer.graded
+        capture = get_reward_capture(
+            token=request.auth, metagrader=metagrader, data=group, payload=payload
+        )
+    rows = len(answer.payload["rewards"])
+    return _answered(request, metagrader, body, answer.answers, rows, capture)
 
 
 def _grader_json(metagrader: Metagrader) -> dict[str, Any]:
@@ -602,7 +619,7 @@ def _answered(
     request: Request,
     metagrader: Metagrader,
     body: Any,
-    answers: RequestJudgeCache,
+    answers: RequestJudgeCache | None,
     responses: int,
     capture: Callable[[], None] | None = None,
 ) -> RecordedResponse:
@@ -630,6 +647,7 @@ ERRORS = {
     415: ErrorOut,
     429: ErrorOut,
     503: ErrorOut,
+    504: ErrorOut,
 }
 ERROR_RESPONSES: dict[int | str, Any] = {
     400: OpenApiTypes.OBJECT,
@@ -667,7 +685,9 @@ REWARD_DOC = (
 GET_REWARD_DOC = (
     "OpenRLHF's remote reward model protocol (--remote_rm_url). Each query is its prompt "
     "followed by the response; queries are grouped by task for pairwise graders. A failed "
-    "grade is 0.0, marked in extra_logs.grader_failed."
+    "grade is 0.0, marked in extra_logs.grader_failed. Special-token text (<|im_end|>, ...) is "
+    "taken out of responses. With group_size, samples of a prompt sent one per request are "
+    "gathered and graded as one group."
 )
 
 
@@ -704,7 +724,7 @@ def reward_selected(request: Request, slug: str, kind: str) -> Response:
     operation_id="get_reward",
     summary="OpenRLHF remote reward model",
     description=GET_REWARD_DOC,
-    parameters=[VERSION_PARAMETER],
+    parameters=[VERSION_PARAMETER, *GATHER_PARAMETERS],
     request=GetRewardIn,
     responses={200: GetRewardOut, **ERROR_RESPONSES},
     tags=["openrlhf"],
@@ -718,7 +738,7 @@ def get_reward(request: Request, slug: str, grader_id: int) -> Response:
     operation_id="get_reward_selected",
     summary="OpenRLHF remote reward model, with the project's selected grader of a kind",
     description=GET_REWARD_DOC,
-    parameters=[KIND_PARAMETER, VERSION_PARAMETER],
+    parameters=[KIND_PARAMETER, VERSION_PARAMETER, *GATHER_PARAMETERS],
     request=GetRewardIn,
     responses={200: GetRewardOut, **ERROR_RESPONSES},
     tags=["openrlhf"],
@@ -746,7 +766,7 @@ def reward_alias(request: Request, slug: str, name: str) -> Response:
     operation_id="get_reward_alias",
     summary="OpenRLHF remote reward model, with the grader an alias points at",
     description=GET_REWARD_DOC,
-    parameters=[ALIAS_PARAMETER, VERSION_PARAMETER],
+    parameters=[ALIAS_PARAMETER, VERSION_PARAMETER, *GATHER_PARAMETERS],
     request=GetRewardIn,
     responses={200: GetRewardOut, **ERROR_RESPONSES},
     tags=["openrlhf"],

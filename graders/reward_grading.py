@@ -43,6 +43,7 @@ from graders.engine.runtime import (
     GradeResult,
 )
 from graders.engine.trainers import openrlhf_rewards
+from graders.engine.trainers.openrlhf import SPECIAL_TOKENS
 from graders.grading import rubric_origin
 from graders.judge_cache import DatabaseJudgeCache
 from graders.models import (
@@ -413,12 +414,15 @@ def reward_score(
 
 
 def openrlhf_score(
-    *, metagrader: Metagrader, data: Mapping[str, Any]
+    *,
+    metagrader: Metagrader,
+    data: Mapping[str, Any],
+    special_tokens: Sequence[str] = SPECIAL_TOKENS,
 ) -> tuple[dict[str, Any], RequestJudgeCache]:
     """OpenRLHF's get_reward for validated GetRewardIn data, as the runtime's OpenRLHF adapter
     scores a batch (graders/engine/trainers.openrlhf_rewards), a failed grade being
     OPENRLHF_FAILURE_REWARD; returned with the cache holding the judge's new answers, as
-    reward_score does."""
+    reward_score does. `special_tokens` are taken out of each response."""
     labels = data["labels"]
     # Labels are often reference answers, not task ids: only what could be an id is looked up.
     named = {label for label in labels if isinstance(label, str) and len(label) <= MAX_ID}
@@ -433,17 +437,19 @@ def openrlhf_score(
         labels,
         failure_reward=OPENRLHF_FAILURE_REWARD,
         per_sample=False,
+        special_tokens=special_tokens,
     )
     return _graded(grader, cache, scoring), cache
 
 
 def reward_record(
-    *, answers: RequestJudgeCache, metagrader: Metagrader, token: ApiToken, responses: int
+    *, answers: RequestJudgeCache | None, metagrader: Metagrader, token: ApiToken, responses: int
 ) -> None:
     """What a reward request writes once its answer is sent (graders/reward_api.py,
-    RecordedResponse): the judge's new answers, and the request in the usage count of
-    (grader, token)."""
-    answers.flush()
+    RecordedResponse): the judge's new answers (None: another request graded its group,
+    graders/reward_gather.py), and the request in the usage count of (grader, token)."""
+    if answers is not None:
+        answers.flush()
     reward_usage_record(metagrader=metagrader, token=token, responses=responses)
 
 

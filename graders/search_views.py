@@ -102,7 +102,7 @@ def search_page(request: HttpRequest, slug: str, search_id: int) -> HttpResponse
 def search_cancel(request: HttpRequest, slug: str, search_id: int) -> HttpResponse:
     access = project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
     search = _search_get(access, search_id)
-    job_cancel(job=search.job)
+    job_cancel(job=search.job, by=request.user)
     messages.info(request, "Cancel requested: the search stops at its next progress report.")
     return redirect("search", slug=slug, search_id=search.pk)
 

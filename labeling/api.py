@@ -10,18 +10,20 @@ from rest_framework.parsers import FileUploadParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from labeling.access import Perm, job_access, project_access
+from labeling.access import Perm, ProjectAccess, job_access, project_access
 from labeling.exports import EXPORT_KINDS, export_records
+from labeling.flags import FlagInput, pair_flag
 from labeling.import_jobs import UploadTooLarge, import_upload, rejection_payload
 from labeling.imports import ImportRejected
 from labeling.jobs import job_cancel
 from labeling.jsonl import jsonl_lines
-from labeling.models import INT_FIELD_MAX, Job, QueueAssignment, Task
+from labeling.models import INT_FIELD_MAX, FlagReason, Job, QueueAssignment, Task
 from labeling.queue import (
     LabelInput,
     LabelRejected,
     annotator_for_user,
     assignment_own,
+    assignment_skip,
     label_submit,
     pair_claim_next,
 )
@@ -192,7 +194,7 @@ def job_get(request: Request, job_id: int) -> Response:
 @api_view(["POST"])
 def job_cancel_create(request: Request, job_id: int) -> Response:
     job, _ = job_access(user=request.user, job_id=job_id, cancel=True)
-    job_cancel(job=job)
+    job_cancel(job=job, by=request.user)
     job.refresh_from_db()
     return Response(JobOutput(job).data)
 
@@ -244,20 +246,62 @@ def queue_next(request: Request, slug: str) -> Response:
     return Response(_served_json(assignment))
 
 
+def _assignment_of(request: Request, access: ProjectAccess, assignment_id: int) -> QueueAssignment:
+    annotator = annotator_for_user(project=access.project, user=request.user)
+    assignment = assignment_own(
+        project=access.project, annotator=annotator, assignment_id=assignment_id
+    )
+    if assignment is None:
+        raise Http404("No such assignment of yours in this project.")
+    return assignment
+
+
+class AssignmentIn(serializers.Serializer):
+    assignment = serializers.IntegerField(min_value=1, max_value=INT_FIELD_MAX)
+
+
+class FlagIn(AssignmentIn):
+    reason = serializers.ChoiceField(choices=FlagReason.choices)
+    note = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
+
+
+@api_view(["POST"])
+def skip_create(request: Request, slug: str) -> Response:
+    """Pass one of the caller's unlabeled pairs on: it goes back to the queue for others and is
+    not served to the caller again (204); 400 for a pair they labeled already."""
+    access = project_access(user=request.user, slug=slug, perm=Perm.LABEL)
+    data = AssignmentIn(data=request.data)
+    data.is_valid(raise_exception=True)
+    assignment = _assignment_of(request, access, data.validated_data["assignment"])
+    if not assignment_skip(assignment=assignment):
+        return Response(
+            {"assignment": ["labeled already: label it again to change the label"]},
+            status=status.HTTP_400_BAD_REQUEST,
+        )
+    return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+@api_view(["POST"])
+def flag_create(request: Request, slug: str) -> Response:
+    """Flag one of the caller's pairs with a reason (identical, unclear, offensive, other) and
+    an optional note for the project's admins; an unlabeled pair is skipped too. Flagging again
+    replaces the caller's reason and note (204)."""
+    access = project_access(user=request.user, slug=slug, perm=Perm.LABEL)
+    data = FlagIn(data=request.data)
+    data.is_valid(raise_exception=True)
+    assignment = _assignment_of(request, access, data.validated_data["assignment"])
+    flag = FlagInput(reason=data.validated_data["reason"], note=data.validated_data["note"])
+    pair_flag(assignment=assignment, flag=flag)
+    return Response(status=status.HTTP_204_NO_CONTENT)
+
+
 @api_view(["POST"])
 def label_create(request: Request, slug: str) -> Response:
     """Label one of the caller's assignments; again for the same one replaces their label."""
     access = project_access(user=request.user, slug=slug, perm=Perm.LABEL)
     data = LabelIn(data=request.data)
     data.is_valid(raise_exception=True)
-    annotator = annotator_for_user(project=access.project, user=request.user)
-    assignment = assignment_own(
-        project=access.project,
-        annotator=annotator,
-        assignment_id=data.validated_data["assignment"],
-    )
-    if assignment is None:
-        raise Http404("No such assignment of yours in this project.")
+    assignment = _assignment_of(request, access, data.validated_data["assignment"])
     label = LabelInput(
         side=data.validated_data["side"],
         confidence=data.validated_data.get("confidence"),

@@ -14,4 +14,6 @@ urlpatterns = [
     path("p/<slug:slug>/labels/", api.label_create, name="api-labels"),
     path("jobs/<int:job_id>/", api.job_get, name="api-job"),
     path("jobs/<int:job_id>/cancel/", api.job_cancel_create, name="api-job-cancel"),
+    path("p/<slug:slug>/skips/", api.skip_create, name="api-skips"),
+    path("p/<slug:slug>/flags/", api.flag_create, name="api-flags"),
 ]

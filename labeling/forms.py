@@ -1,6 +1,7 @@
 from django import forms
 
-from labeling.models import INT_FIELD_MAX, Split
+from labeling.models import INT_FIELD_MAX, Project, Role, Split
+from labeling.project_settings import SETTINGS_FIELDS
 from labeling.strategies import StrategySpec
 
 
@@ -76,3 +77,39 @@ class QueueStrategyForm(forms.Form):
     def __init__(self, *args: object, specs: list[StrategySpec], **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.fields["strategy"].choices = [(spec.name, spec.label) for spec in specs]
+
+
+class ProjectSettingsForm(forms.ModelForm):  # type: ignore[type-arg]
+    overlap = forms.IntegerField(
+        min_value=1, max_value=20, help_text="How many annotators label each pair."
+    )
+
+    class Meta:
+        model = Project
+        fields = list(SETTINGS_FIELDS)
+        widgets = {"guidelines": forms.Textarea(attrs={"rows": 8})}
+        help_texts = {
+            "guidelines": "Shown to experts beside every pair; Markdown (links, lists, emphasis), "
+            "sanitized: no images, scripts or raw HTML.",
+            "allow_ties": "Let experts answer that neither response is better.",
+        }
+
+
+class ProjectCreateForm(forms.Form):
+    name = forms.CharField(max_length=200)
+    slug = forms.SlugField(
+        max_length=80,
+        required=False,
+        label="Web address",
+        help_text="Letters, digits and hyphens; empty: made from the name.",
+    )
+
+
+class DimensionAddForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+
+
+class MemberAddForm(forms.Form):
+    who = forms.CharField(max_length=254, label="Username or email")
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.EXPERT)

@@ -6,12 +6,15 @@ Two passes keep memory bounded by the number of distinct record keys, never by t
    duplicates, and spool each record's line to a temporary file per record type.
 2. Write: inside one transaction, replay the spools in dependency order (dimensions, tasks,
    responses, rubrics, then labels) in batches. References are resolved against the database,
-   which by then holds this file's earlier types too, so records may come in any order.
+   which by then holds this file's earlier types too, so records may come in any order. On
+   PostgreSQL tasks and responses, most of a large file, are spooled as rows to stage and go by
+   one COPY per type, then set-wise statements (labeling/import_copy.py).
 
 Every problem of both passes is collected with its line number and field. If there is any, the
 transaction is rolled back and ImportRejected carries the list: nothing is written.
 """
 
+import hashlib
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -19,9 +22,10 @@ from itertools import batched
 from pathlib import Path
 from typing import IO, Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 
+from labeling.import_copy import STAGED_KINDS, StagedWriter, Tally, staged_row
 from labeling.json_input import json_parse
 from labeling.models import (
     Annotator,
@@ -59,6 +63,7 @@ from labeling.records import (
 from labeling.rubric_items import rubric_items_replace, rubric_items_snapshot
 
 BATCH = 1000
+MAX_BATCH_BYTES = 64 * 1024 * 1024  # of raw lines per batch, so that big records stay few
 MAX_REPORTED_ERRORS = 1000
 
 Progress = Callable[[str, int, int], None]
@@ -162,7 +167,9 @@ class _Errors:
 
 
 class _Spool:
-    """One temporary file per record type holding 'line-number TAB raw-json' lines."""
+    """One temporary file per record type, one line per record: 'line-number TAB raw-json', or
+    for the kinds that go by COPY (PostgreSQL), the row to stage as COPY's text format has it
+    (import_copy.staged_row)."""
 
     def __init__(self, folder: str) -> None:
         self.files: dict[str, IO[bytes]] = {
@@ -170,16 +177,24 @@ class _Spool:
             for kind in RECORD_TYPES
         }
 
-    def write(self, kind: str, line_number: int, raw: bytes) -> None:
-        self.files[kind].write(b"%d\t%s\n" % (line_number, raw))
+    def write(self, kind: str, row: bytes) -> None:
+        self.files[kind].write(row)
 
-    def read(self, kind: str) -> Iterator[tuple[int, Any]]:
+    def chunks(self, kind: str, rows: int) -> Iterator[list[bytes]]:
+        """The kind's lines, up to `rows` or MAX_BATCH_BYTES of them at a time."""
         handle = self.files[kind]
         handle.flush()
         handle.seek(0)
+        chunk: list[bytes] = []
+        size = 0
         for row in handle:
-            number, _, raw = row.rstrip(b"\n").partition(b"\t")
-            yield int(number), record_parse(raw)
+            chunk.append(row)
+            size += len(row)
+            if len(chunk) == rows or size >= MAX_BATCH_BYTES:
+                yield chunk
+                chunk, size = [], 0
+        if chunk:
+            yield chunk
 
     def close(self) -> None:
         for handle in self.files.values():
@@ -229,20 +244,44 @@ def _file_kind_check(path: Path) -> None:
 
 
 def _lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
-    """Yield (line number, bytes read so far, line) for each non-blank line."""
+    """Yield (line number, its offset in the file, line) for each non-blank line."""
     offset = 0
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
-            offset += len(raw)
             stripped = raw.rstrip(b"\r\n")
-            if stripped.strip():
+            if stripped and not stripped.isspace():
                 yield number, offset, stripped
+            offset += len(raw)
+
+
+def _line_at(path: Path, offset: int) -> bytes:
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        return handle.readline().rstrip(b"\r\n")
+
+
+def _parsed(chunk: list[bytes]) -> list[tuple[int, Any]]:
+    """Spooled 'line-number TAB raw-json' lines as (line number, record)."""
+    batch = []
+    for row in chunk:
+        number, _, raw = row.rstrip(b"\n").partition(b"\t")
+        batch.append((int(number), record_parse(raw)))
+    return batch
 
 
 def _scan(
-    path: Path, spool: _Spool, errors: _Errors, report: ImportReport, progress: Progress
+    path: Path,
+    spool: _Spool,
+    staged: StagedWriter | None,
+    errors: _Errors,
+    report: ImportReport,
+    progress: Progress,
 ) -> None:
-    seen: dict[tuple[Any, ...], tuple[int, bytes]] = {}
+    # Each key's first line, a digest of that line's bytes and its offset in the file. A
+    # repeat with the same bytes is dropped at once; only one whose bytes differ is compared
+    # by content (`fingerprint`) with the first, parsed again, which spares most lines a
+    # serialization.
+    seen: dict[tuple[Any, ...], tuple[int, bytes, int]] = {}
     total = path.stat().st_size
     for number, offset, raw in _lines(path):
         report.lines += 1
@@ -256,10 +295,13 @@ def _scan(
                 errors.bad_lines.setdefault(named, number)
             continue
         key = record.key()
-        fingerprint = record.fingerprint()
+        digest = hashlib.blake2b(raw, digest_size=16).digest()
         earlier = seen.get(key)
         if earlier is not None:
-            if earlier[1] != fingerprint:
+            if (
+                earlier[1] != digest
+                and record_parse(_line_at(path, earlier[2])).fingerprint() != record.fingerprint()
+            ):
                 errors.add(
                     number,
                     "id" if record.type in {"task", "response"} else "(record)",
@@ -267,9 +309,12 @@ def _scan(
                     f"{record.type.replace('_', ' ')} differently",
                 )
             continue
-        seen[key] = (number, fingerprint)
         report.counts[record.type] += 1
-        spool.write(record.type, number, raw)
+        seen[key] = (number, digest, offset)
+        if staged is not None and record.type in STAGED_KINDS:
+            spool.write(record.type, staged_row(number, record))
+        else:
+            spool.write(record.type, b"%d\t%s\n" % (number, raw))
         if number % BATCH == 0:
             progress("Checking lines", offset, total)
     progress("Checking lines", total, total)
@@ -279,8 +324,15 @@ class _Writer:
     """Writes one record type at a time, resolving references against the database, and tallies
     whether each record created, updated or left unchanged what the project held."""
 
-    def __init__(self, project: Project, errors: _Errors, report: ImportReport) -> None:
+    def __init__(
+        self,
+        project: Project,
+        staged: StagedWriter | None,
+        errors: _Errors,
+        report: ImportReport,
+    ) -> None:
         self.project = project
+        self.staged = staged
         self.errors = errors
         self.report = report
         # Draws may be split over batches: each cell's fields as first written (with its line)
@@ -298,6 +350,38 @@ class _Writer:
             self.report.unchanged[kind] += 1
         else:
             self.report.updated[kind] += 1
+
+    def tallied(self, kind: str, tally: Tally) -> None:
+        """Count records that were written together, as `tally` would one at a time."""
+        self.report.created[kind] += tally.created
+        self.report.updated[kind] += tally.updated
+        self.report.unchanged[kind] += tally.unchanged
+
+    def write_batches(self, spool: _Spool, kind: str, method: str) -> Iterator[None]:
+        """Write the kind's spooled records a batch at a time (all at once by COPY), yielding
+        after each."""
+        chunks = spool.chunks(kind, BATCH)
+        if self.staged is not None and kind in STAGED_KINDS:
+            if self.report.counts[kind]:
+                self.staged_write(self.staged, kind, chunks)
+                yield
+        else:
+            for chunk in chunks:
+                getattr(self, method)(_parsed(chunk))
+                yield
+
+    def staged_write(self, staged: StagedWriter, kind: str, chunks: Iterator[list[bytes]]) -> None:
+        if kind == "task":
+            self.tallied("task", staged.tasks(chunks))
+            return
+        tally, problems = staged.responses(chunks)
+        self.tallied("response", tally)
+        for problem in problems:
+            if problem.task_missing:
+                self.missing(problem.line, "task", "task", problem.task)
+            else:
+                message = f"response {problem.response!r} already belongs to another task"
+                self.errors.add(problem.line, "task", message)
 
     # Lookups shared by the label types -------------------------------------------------
 
@@ -1126,22 +1210,24 @@ def jsonl_import(
     _file_kind_check(path)
     errors = _Errors()
     report = ImportReport()
+    staged = StagedWriter(project.pk) if connection.vendor == "postgresql" else None
     with tempfile.TemporaryDirectory(prefix="import-") as folder:
         spool = _Spool(folder)
         try:
-            _scan(path, spool, errors, report, report_progress)
+            _scan(path, spool, staged, errors, report, report_progress)
             if errors.total >= MAX_REPORTED_ERRORS:
                 raise ImportRejected(errors.items, errors.total)
-            writer = _Writer(project, errors, report)
+            writer = _Writer(project, staged, errors, report)
             report_progress("Writing records", 0, sum(report.counts.values()))
             try:
                 with transaction.atomic():
                     for kind, method in WRITE_ORDER:
-                        for batch in batched(spool.read(kind), BATCH):
-                            getattr(writer, method)(list(batch))
+                        for _ in writer.write_batches(spool, kind, method):
                             if should_stop is not None and should_stop():
                                 raise ImportStopped
                     writer.synthesis_cells_check()
+                    if staged is not None:
+                        staged.close()
                     if errors.total:
                         raise _Rollback
             except _Rollback:

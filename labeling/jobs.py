@@ -15,11 +15,12 @@ from typing import Any, Self
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from labeling.models import Job, JobStatus, Project
+from labeling.notifications import notify_job_stopped
 
 
 class JobCancelled(Exception):
@@ -244,24 +245,43 @@ def job_finish(
     result: dict[str, Any] | None = None,
     error: str = "",
 ) -> None:
-    Job.objects.filter(pk=job.pk).update(
-        status=status,
-        result=result or {},
-        error=error,
-        finished_at=timezone.now(),
-    )
+    with transaction.atomic():
+        _job_stop(
+            Job.objects.filter(pk=job.pk),
+            status=status,
+            result=result or {},
+            error=error,
+            finished_at=timezone.now(),
+        )
 
 
-def job_cancel(*, job: Job, reason: str = "") -> None:
+def _job_stop(jobs: QuerySet[Job], **stop: Any) -> None:
+    """Where every job stops: write `stop` (its final status and more) to the job in `jobs`,
+    and tell its creator (labeling.notifications) if this moved it from queued or running.
+    A second delivery of the same finish finds the job stopped already and tells nobody again.
+    Call it in a transaction (the row stays locked from the check to the write)."""
+    was_active = jobs.select_for_update().filter(status__in=Job.ACTIVE).values_list("pk", flat=True)
+    stopped = list(was_active)
+    jobs.update(**stop)
+    for job_id in stopped:
+        notify_job_stopped(job_id=job_id)
+
+
+def job_cancel(*, job: Job, reason: str = "", by: Any = None) -> None:
     """Ask a job to stop. A queued job stops at once; a running one at its next progress report
     (a grading run: before its next judge call). `reason`, if given, is kept as the job's
-    error, so the job's pages say why it stopped."""
+    error, so the job's pages say why it stopped; `by` is who asked (none: nobody in
+    particular), so that the creator is told when someone else stopped their job."""
+    asker = by if by is not None and by.is_authenticated else None
     with transaction.atomic():
         active = Job.objects.filter(pk=job.pk, status__in=Job.ACTIVE)
-        active.update(cancel_requested=True, **({"error": reason} if reason else {}))
-        Job.objects.filter(pk=job.pk, status=JobStatus.QUEUED).update(
-            status=JobStatus.CANCELLED, finished_at=timezone.now()
+        active.update(
+            cancel_requested=True,
+            cancel_requested_by=asker,
+            **({"error": reason} if reason else {}),
         )
+        queued = Job.objects.filter(pk=job.pk, status=JobStatus.QUEUED)
+        _job_stop(queued, status=JobStatus.CANCELLED, finished_at=timezone.now())
 
 
 def job_cancel_reason(*, job: Job, default: str) -> str:

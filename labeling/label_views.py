@@ -7,20 +7,25 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from labeling.access import Perm, ProjectAccess, project_access
+from labeling.agreement_charts import confidence_bars, kappa_heatmap
 from labeling.agreement_stats import agreement_report, annotator_summaries
 from labeling.criterion_grading import GradesRejected, ItemMark, criterion_grades_submit
+from labeling.flags import FlagInput, FlagRejected, flag_resolve, flags_for_admin, pair_flag
 from labeling.forms import QueueBuildForm, QueueStrategyForm
-from labeling.models import Annotator, QueueAssignment, Response, RubricItem
+from labeling.models import Annotator, FlagReason, QueueAssignment, Response, RubricItem
+from labeling.my_labels import LABELS_PER_PAGE, my_assignments, my_labels_view
 from labeling.queue import (
     LabelInput,
     LabelRejected,
     annotator_for_user,
     assignment_own,
+    assignment_skip,
     label_submit,
     pair_claim_next,
     queue_blocks,
@@ -39,6 +44,32 @@ from labeling.selectors import (
 )
 from labeling.strategies import strategy_fallback, strategy_for, strategy_specs
 
+# What the "?" overlay lists on each page: the keys (each shown as one key cap) and what they do.
+LABEL_SHORTCUTS = [
+    (("←", "→"), "pick Response 1 or Response 2 (or click a response)"),
+    (("T",), "a tie, when the project allows ties"),
+    (("1", "2", "3"), "confidence: a guess, leaning, certain"),
+    (("Enter",), "submit the label (or start, on a block's introduction)"),
+    (("Backspace",), "back to the pair before, to revise its label"),
+    (("S",), "skip this pair: it goes to someone else"),
+    (("F",), "flag this pair with a reason (it is skipped too)"),
+    (("D",), "open or close the documents panel"),
+    (("X",), "expand or collapse all tool calls"),
+    (("?",), "this list of shortcuts"),
+    (("Esc",), "close this list or the flag form"),
+]
+GRADE_SHORTCUTS = [
+    (("J", "K"), "next or previous criterion"),
+    (("P",), "pass the focused criterion"),
+    (("F",), "fail the focused criterion"),
+    (("N",), "write a note on the criterion just marked"),
+    (("Esc",), "leave the note (or close this list)"),
+    (("Enter",), "submit the grades"),
+    (("D",), "open or close the documents panel"),
+    (("X",), "expand or collapse all tool calls"),
+    (("?",), "this list of shortcuts"),
+]
+
 
 def _card(
     request: HttpRequest,
@@ -53,6 +84,8 @@ def _card(
         "project": access.project,
         "progress": queue_progress(project=access.project, annotator=annotator),
         "pair": pair_view(assignment=assignment) if assignment is not None else None,
+        "shortcuts": LABEL_SHORTCUTS,
+        "flag_reasons": FlagReason.choices,
     }
     template = "labeling/label.html" + ("#pair-card" if fragment else "")
     return render(request, template, context)
@@ -88,9 +121,12 @@ def _own_assignment(
 @require_GET
 @login_required
 def label_revise(request: HttpRequest, slug: str, assignment_id: int) -> HttpResponse:
+    """Any pair the annotator was served, with their current label on it (Backspace asks for
+    the card alone; My labels opens the whole page); submitting replaces that label."""
     access = project_access(user=request.user, slug=slug, perm=Perm.LABEL)
     assignment = _own_assignment(request, access, assignment_id)
-    return _card(request, access, assignment.annotator, assignment, fragment=True)
+    fragment = bool(request.htmx) or "fragment" in request.GET
+    return _card(request, access, assignment.annotator, assignment, fragment=fragment)
 
 
 @require_POST
@@ -112,6 +148,82 @@ def label_submit_view(request: HttpRequest, slug: str, assignment_id: int) -> Ht
     annotator = assignment.annotator
     following = pair_claim_next(project=access.project, annotator=annotator)
     return _card(request, access, annotator, following, fragment=True)
+
+
+@require_POST
+@login_required
+def label_skip(request: HttpRequest, slug: str, assignment_id: int) -> HttpResponse:
+    """Pass the pair on (back to the queue for others) and answer with the next card."""
+    access = project_access(user=request.user, slug=slug, perm=Perm.LABEL)
+    assignment = _own_assignment(request, access, assignment_id)
+    if not assignment_skip(assignment=assignment):
+        return HttpResponse(
+            "You labeled this pair already: change your label instead of skipping it.",
+            status=400,
+            content_type="text/plain",
+        )
+    following = pair_claim_next(project=access.project, annotator=assignment.annotator)
+    return _card(request, access, assignment.annotator, following, fragment=True)
+
+
+@require_POST
+@login_required
+def label_flag(request: HttpRequest, slug: str, assignment_id: int) -> HttpResponse:
+    """Flag the pair with a reason (which skips it unless labeled) and answer with the next card."""
+    access = project_access(user=request.user, slug=slug, perm=Perm.LABEL)
+    assignment = _own_assignment(request, access, assignment_id)
+    flag = FlagInput(reason=request.POST.get("reason", ""), note=request.POST.get("note", ""))
+    try:
+        pair_flag(assignment=assignment, flag=flag)
+    except FlagRejected as exc:
+        return HttpResponse(str(exc), status=400, content_type="text/plain")
+    following = pair_claim_next(project=access.project, annotator=assignment.annotator)
+    return _card(request, access, assignment.annotator, following, fragment=True)
+
+
+@require_GET
+@login_required
+def my_labels_page(request: HttpRequest, slug: str) -> HttpResponse:
+    """Every label this user gave in the project through the queue, newest first, each with a
+    link that reopens it for revision. Only their own: nobody else's labels are read."""
+    access = project_access(user=request.user, slug=slug, perm=Perm.LABEL)
+    annotator = annotator_for_user(project=access.project, user=request.user)
+    task = request.GET.get("task", "").strip()
+    assignments = my_assignments(project=access.project, annotator=annotator, task=task)
+    page = Paginator(assignments, LABELS_PER_PAGE).get_page(request.GET.get("page"))
+    context = {
+        "access": access,
+        "project": access.project,
+        "page": page,
+        "labels": my_labels_view(list(page.object_list)),
+        "task": task,
+    }
+    return render(request, "labeling/my_labels.html", context)
+
+
+@require_GET
+@login_required
+def flags_page(request: HttpRequest, slug: str) -> HttpResponse:
+    """The project's flagged pairs for its admins: open ones first, then resolved ones."""
+    access = project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
+    context = {
+        "access": access,
+        "project": access.project,
+        "open": flags_for_admin(project=access.project),
+        "resolved": flags_for_admin(project=access.project, resolved=True)[:50],
+    }
+    return render(request, "labeling/flags.html", context)
+
+
+@require_POST
+@login_required
+def flag_resolve_view(request: HttpRequest, slug: str, flag_id: int) -> HttpResponse:
+    access = project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
+    if flag_resolve(project=access.project, flag_id=flag_id, user=request.user):
+        messages.success(request, "Flag resolved.")
+    else:
+        messages.info(request, "That flag was already resolved.")
+    return redirect("flags", slug=slug)
 
 
 def _grading_card(
@@ -137,6 +249,7 @@ def _grading_card(
         "grading": grading,
         "error": error,
         "left": criterion_grading_left(project=access.project, annotator=annotator),
+        "shortcuts": GRADE_SHORTCUTS,
     }
     template = "labeling/grade.html" + ("#grading-card" if fragment else "")
     return render(request, template, context, status=422 if error else 200)
@@ -196,7 +309,7 @@ def _queue_render(
     project = access.project
     specs = strategy_specs()
     labels = {spec.name: spec.label for spec in specs}
-    names = list(project.dimensions.values_list("name", flat=True))
+    names = list(project.dimensions.filter(retired_at__isnull=True).values_list("name", flat=True))
     context: dict[str, Any] = {
         "access": access,
         "project": project,
@@ -209,6 +322,7 @@ def _queue_render(
     if access.can(Perm.MANAGE):
         # Only managers see whether the choice can run now.
         context["fallback"] = strategy_fallback(project)
+        context["open_flags"] = flags_for_admin(project=project).count()
         context["form"] = build or QueueBuildForm(dimension_names=names)
         context["settings"] = settings or QueueStrategyForm(
             specs=specs,
@@ -231,7 +345,7 @@ def queue_page(request: HttpRequest, slug: str) -> HttpResponse:
     if request.method == "GET":
         return _queue_render(request, access)
     project = project_access(user=request.user, slug=slug, perm=Perm.MANAGE).project
-    names = list(project.dimensions.values_list("name", flat=True))
+    names = list(project.dimensions.filter(retired_at__isnull=True).values_list("name", flat=True))
     form = QueueBuildForm(request.POST, dimension_names=names)
     if not form.is_valid():
         return _queue_render(request, access, build=form)
@@ -302,6 +416,9 @@ def agreement_page(request: HttpRequest, slug: str) -> HttpResponse:
         return render(request, "labeling/agreement_panel.html", context)
     labels = agreement_labels(project=access.project)
     context["report"] = agreement_report(labels, dimension=dimension)
+    context["kappa_chart"] = kappa_heatmap(context["report"])
+    shown = [label for label in labels if dimension is None or label.dimension == dimension]
+    context["confidence_chart"] = confidence_bars(shown)
     return render(request, "labeling/agreement.html", context)
 
 

@@ -9,6 +9,9 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Coalesce, Greatest, Least
+from django.utils import timezone
+
+from labeling.job_progress import JobEta, job_eta
 
 # The largest value an integer column holds on every database the workbench runs on
 # (PostgreSQL's integer; SQLite's are wider): forms whose numbers are stored cap them at this,
@@ -114,6 +117,33 @@ class Project(models.Model):
         return self.name
 
 
+class ProjectChange(models.Model):
+    """One change to a project's settings, dimensions or members made in the app: who, when,
+    and each changed field's old and new value ({"field": [old, new]})."""
+
+    class Kind(models.TextChoices):
+        SETTINGS = "settings", "Settings"
+        DIMENSION = "dimension", "Dimension"
+        MEMBER = "member", "Member"
+        CREATED = "created", "Created"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="changes")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    at = models.DateTimeField(auto_now_add=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    subject = models.CharField(max_length=200, blank=True, default="")
+    detail = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-pk"]
+        indexes = [models.Index(fields=["project", "-at"], name="project_change_recent")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.subject} in {self.project} at {self.at:%Y-%m-%d %H:%M}"
+
+
 class Membership(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
@@ -151,6 +181,8 @@ class Dimension(models.Model):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="dimensions")
     name = models.CharField(max_length=100)
     description = models.TextField(blank=True)
+    # A retired dimension keeps its labels (exports, agreement) but gets no new queue blocks.
+    retired_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["name"]
@@ -486,6 +518,15 @@ class Job(models.Model):
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
+    # Who asked for the last cancel (null: nobody in particular, as a superseding run): the
+    # creator is told when someone else stopped their job (labeling/notifications.py).
+    cancel_requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -499,6 +540,8 @@ class Job(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(status__in=JobStatus.values), name="job_status"),
         ]
+        # A project's jobs list, newest first.
+        indexes = [models.Index(fields=["project", "-created_at"], name="job_project_newest")]
 
     def __str__(self) -> str:
         return f"{self.kind} #{self.pk} ({self.status})"
@@ -512,6 +555,13 @@ class Job(models.Model):
         if not self.total:
             return None
         return min(100, round(100 * self.done / self.total))
+
+    @property
+    def eta(self) -> "JobEta | None":
+        """The observed rate and the time left, now; None before there is a rate to go by."""
+        return job_eta(
+            done=self.done, total=self.total, started_at=self.started_at, now=timezone.now()
+        )
 
 
 class QueuePair(models.Model):
@@ -604,6 +654,9 @@ class QueueAssignment(models.Model):
     pool = models.PositiveIntegerField(null=True, blank=True)
     served_at = models.DateTimeField(auto_now_add=True)
     submitted_at = models.DateTimeField(null=True, blank=True)
+    # Set when the annotator passed the pair on (skipped or flagged it): its slot went back to
+    # the queue, and this row keeps the pair from being served to them again.
+    skipped_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -616,6 +669,39 @@ class QueueAssignment(models.Model):
 
     def __str__(self) -> str:
         return f"{self.pair} to {self.annotator}"
+
+
+class FlagReason(models.TextChoices):
+    IDENTICAL = "identical", "Responses identical"
+    UNCLEAR = "unclear", "Prompt unclear"
+    OFFENSIVE = "offensive", "Offensive"
+    OTHER = "other", "Other"
+
+
+class PairFlag(models.Model):
+    """An annotator's report that a served pair should not be labeled as it is, with a reason;
+    admins resolve it. Flagging also passes the pair on (QueueAssignment.skipped_at)."""
+
+    pair = models.ForeignKey(QueuePair, on_delete=models.CASCADE, related_name="flags")
+    annotator = models.ForeignKey(Annotator, on_delete=models.CASCADE, related_name="+")
+    reason = models.CharField(max_length=16, choices=FlagReason.choices)
+    note = models.TextField(blank=True, default="", max_length=2000)
+    created_at = models.DateTimeField(auto_now_add=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["pair", "annotator"], name="pair_flag_once"),
+            models.CheckConstraint(
+                condition=Q(reason__in=FlagReason.values), name="pair_flag_reason"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.pair} flagged {self.reason} by {self.annotator}"
 
 
 class LabelSnapshot(models.Model):
@@ -800,3 +886,30 @@ class SynthesisVote(models.Model):
 
     def __str__(self) -> str:
         return f"{self.judge} on {self.draw}: {self.agrees}"
+
+
+class Notification(models.Model):
+    """Something a user should know about a job they started: it finished, failed, stopped on
+    its budget, or someone else cancelled it. One per stop of the job (labeling/notifications.py
+    writes it where the job stops); `read_at` is set when the user has seen it."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notifications"
+    )
+    job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.CASCADE)
+    text = models.CharField(max_length=300)
+    created_at = models.DateTimeField(auto_now_add=True)
+    read_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        indexes = [
+            # The top bar's unread count on every page, and the list newest first.
+            models.Index(
+                fields=["user"], condition=Q(read_at__isnull=True), name="notification_unread"
+            ),
+            models.Index(fields=["user", "-created_at"], name="notification_user_newest"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user}: {self.text}"

@@ -27,7 +27,9 @@ SECTIONS = (
     Section("Label", (
         Entry("label", "Label pairs", Perm.LABEL, ("label-revise",)),
         Entry("grade", "Grade criteria", Perm.LABEL),
+        Entry("my-labels", "My labels", Perm.LABEL),
         Entry("queue", "Queue", Perm.VIEW),
+        Entry("flags", "Flagged pairs", Perm.MANAGE),
     )),
     Section("Review", (
         Entry("rubric-list", "Rubrics", Perm.REVIEW, ("rubric-review",)),
@@ -50,8 +52,12 @@ SECTIONS = (
         Entry("splits", "Splits", Perm.VIEW),
         Entry("export", "Export (JSONL)", Perm.EXPORT),
         Entry("lineage", "Lineage", Perm.SEE_SOURCES),
+        Entry("jobs", "Jobs", Perm.VIEW, ("job-detail",)),
     )),
     Section("Settings", (
+        Entry("project-settings", "Project settings", Perm.MANAGE,
+              ("project-dimension-add", "project-dimension-update", "project-member-add",
+               "project-member-update")),
         Entry("api-tokens", "API tokens", Perm.MANAGE, ("api-docs",)),
         Entry("annotators", "Annotators", Perm.MANAGE),
         Entry("admin:index", "Django admin", None),

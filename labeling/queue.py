@@ -350,7 +350,10 @@ def _held_reclaim(*, project: Project, annotator: Annotator, now: Any) -> QueueA
     with its lease renewed: a pair left open when they walked away comes back to them."""
     unfinished = (
         QueueAssignment.objects.filter(
-            annotator=annotator, submitted_at__isnull=True, pair__project=project
+            annotator=annotator,
+            submitted_at__isnull=True,
+            skipped_at__isnull=True,
+            pair__project=project,
         )
         .filter(Q(slot__claimed_by=annotator) | Q(slot__claimed_by__isnull=True))
         .filter(slot__done_at__isnull=True)
@@ -418,6 +421,22 @@ def pair_claim_next(*, project: Project, annotator: Annotator) -> QueueAssignmen
         except IntegrityError:
             continue  # served to this annotator concurrently (another tab): try the next one
     return None
+
+
+def assignment_skip(*, assignment: QueueAssignment) -> bool:
+    """Pass an unlabeled pair on: its slot goes back to the queue for others, and the
+    assignment stays (marked skipped) so pair_claim_next never serves the pair to this
+    annotator again. Returns False, changing nothing, for a pair they already labeled: a label
+    is revised, not skipped."""
+    with transaction.atomic():
+        skipped = QueueAssignment.objects.filter(
+            pk=assignment.pk, submitted_at__isnull=True
+        ).update(skipped_at=timezone.now())
+        if skipped:
+            QueueSlot.objects.filter(
+                pk=assignment.slot_id, claimed_by=assignment.annotator, done_at__isnull=True
+            ).update(claimed_by=None, lease_until=None)
+    return bool(skipped)
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ def _id_linkable(value: str) -> str:
     (a page listing the id could not link to it)."""
     if "\n" in value or "\r" in value:
         raise ValueError("a line break is not allowed in an id")
-    if DOT_SEGMENTS.intersection(value.split("/")):
+    if "." in value and DOT_SEGMENTS.intersection(value.split("/")):
         raise ValueError(
             'a "." or ".." between slashes is not allowed in an id: a link to it would lead '
             "to another page"

@@ -124,6 +124,13 @@ def _response_view(response: Response) -> dict[str, Any]:
     return {"content": response.content, "messages": response.messages}
 
 
+def side_shown(label: Preference, *, left_id: int) -> str:
+    """A label's choice as its annotator saw the pair: "left", "right" or "tie", whichever
+    order the label stores the two responses in."""
+    winner = {"a": label.response_a_id, "b": label.response_b_id}.get(label.choice)
+    return "tie" if winner is None else ("left" if winner == left_id else "right")
+
+
 def pair_view(*, assignment: QueueAssignment) -> dict[str, Any]:
     """Everything the labeling page shows for one served pair, and nothing more: no model
     names, metadata, scores or other annotators' labels are fetched, so none can leak."""
@@ -149,16 +156,17 @@ def pair_view(*, assignment: QueueAssignment) -> dict[str, Any]:
         .only("choice", "confidence", "response_a_id", "response_b_id")
         .first()
     )
-    side = None
-    if current is not None:
-        winner = {"a": current.response_a_id, "b": current.response_b_id}.get(current.choice)
-        side = "tie" if winner is None else ("left" if winner == left.pk else "right")
-    first_in_block = not QueueAssignment.objects.filter(
-        annotator_id=assignment.annotator_id,
-        pair__project_id=pair.project_id,
-        pair__block=pair.block,
-        submitted_at__isnull=False,
-    ).exists()
+    side = None if current is None else side_shown(current, left_id=left.pk)
+    # The block's introduction shows until the annotator labeled or passed on one of its pairs.
+    first_in_block = (
+        not QueueAssignment.objects.filter(
+            annotator_id=assignment.annotator_id,
+            pair__project_id=pair.project_id,
+            pair__block=pair.block,
+        )
+        .filter(Q(submitted_at__isnull=False) | Q(skipped_at__isnull=False))
+        .exists()
+    )
     return {
         "assignment": assignment,
         "prompt": task.prompt,

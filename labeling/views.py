@@ -17,6 +17,7 @@ from django.http import (
 from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
@@ -26,9 +27,13 @@ from labeling.forms import ImportForm, SplitForm, TaskFilterForm
 from labeling.import_jobs import UploadTooLarge, import_upload, rejection_payload
 from labeling.import_reference import SAMPLE_NAME, SAMPLE_PATH, import_reference
 from labeling.imports import ImportRejected
+from labeling.job_words import status_words
 from labeling.jobs import job_cancel
+from labeling.jobs_list import JobFilterForm, job_rows, job_starters, jobs_filtered, jobs_visible
 from labeling.jsonl import jsonl_lines
 from labeling.models import Job, Project, Task
+from labeling.next_steps import next_step
+from labeling.notifications import notifications_mark_read, notifications_of
 from labeling.overview_panels import overview_alerts
 from labeling.selectors import (
     memberships_for_user,
@@ -42,6 +47,8 @@ from labeling.snapshots import label_export_record, snapshot_header
 from labeling.splits import SplitFractionsInvalid, SplitPlan, splits_apply, splits_plan
 
 TASKS_PER_PAGE = 25
+JOBS_PER_PAGE = 25
+NOTIFICATIONS_PER_PAGE = 20
 
 
 @require_GET
@@ -63,6 +70,7 @@ def project_overview_page(request: HttpRequest, slug: str) -> HttpResponse:
         "project": access.project,
         "overview": project_overview(project=access.project),
         "alerts": overview_alerts(access),
+        "next_step": next_step(access, request.user),
     }
     return render(request, "labeling/project_overview.html", context)
 
@@ -218,11 +226,16 @@ def _split_plan(project: Project, form: SplitForm) -> SplitPlan | None:
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     job, access = job_access(user=request.user, job_id=job_id)
     context = {"job": job, "project": job.project, "access": access}
+    context["status_words"] = status_words(job, now=timezone.now())
     if request.htmx:
         # The status alone, polled by this page or shown inside the page of the job's run,
-        # search or audit: Cancel brings the user back to that page.
+        # search or audit: Cancel brings the user back to that page. Once the job stopped,
+        # the top bar's notifications badge looks again (it may have news of this job).
         context["back_to"] = request.htmx.current_url
-        return render(request, "labeling/job_detail.html#job-status", context)
+        response = render(request, "labeling/job_detail.html#job-status", context)
+        if not job.is_active:
+            response["HX-Trigger"] = "job-stopped"
+        return response
     context["title"] = job.kind.replace("_", " ").capitalize()
     context["owner"] = _job_owner(job)
     return render(request, "labeling/job_detail.html", context)
@@ -254,10 +267,65 @@ def _job_owner(job: Job) -> tuple[str, str] | None:
 @login_required
 def job_cancel_view(request: HttpRequest, job_id: int) -> HttpResponse:
     job, _ = job_access(user=request.user, job_id=job_id, cancel=True)
-    job_cancel(job=job)
+    job_cancel(job=job, by=request.user)
     back_to = request.POST.get("next", "")
     if back_to and url_has_allowed_host_and_scheme(
         back_to, allowed_hosts={request.get_host()}, require_https=request.is_secure()
     ):
         return redirect(back_to)
     return redirect("job-detail", job_id=job.pk)
+
+
+@require_GET
+@login_required
+def jobs_page(request: HttpRequest, slug: str | None = None) -> HttpResponse:
+    """The jobs of a project (`slug`), or of every project the user is in: filtered, newest
+    first. Whoever may open a job's page sees it here."""
+    access = project_access(user=request.user, slug=slug) if slug is not None else None
+    project = access.project if access is not None else None
+    visible = jobs_visible(user=request.user, project=project)
+    form = JobFilterForm(request.GET, starters=job_starters(visible))
+    jobs = jobs_filtered(visible, filters=form.filters())
+    page = Paginator(jobs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
+    template = "labeling/jobs.html"
+    if request.htmx:
+        template += "#job-table"
+    context = {
+        "access": access,
+        "project": project,
+        "form": form,
+        "page": page,
+        "rows": job_rows(list(page.object_list), now=timezone.now()),
+    }
+    return render(request, template, context)
+
+
+@require_GET
+@login_required
+def notifications_page(request: HttpRequest) -> HttpResponse:
+    """The user's notifications, newest first; those shown are read from then on (they keep
+    their unread mark on this showing)."""
+    page = Paginator(notifications_of(user=request.user), NOTIFICATIONS_PER_PAGE).get_page(
+        request.GET.get("page")
+    )
+    shown = list(page.object_list)
+    notifications_mark_read(user=request.user, ids=[n.pk for n in shown if n.read_at is None])
+    return render(request, "labeling/notifications.html", {"page": page, "shown": shown})
+
+
+@require_POST
+@login_required
+def notifications_read_all(request: HttpRequest) -> HttpResponse:
+    marked = notifications_mark_read(user=request.user)
+    messages.success(request, f"{marked} notification{'' if marked == 1 else 's'} marked read.")
+    return redirect("notifications")
+
+
+@require_GET
+def notifications_badge(request: HttpRequest) -> HttpResponse:
+    """The top bar's badge alone, for its polling (the count comes from the context processor
+    labeling.notification_badge). After a logout elsewhere: 204, which htmx leaves unswapped
+    (a login redirect would put the login page into the top bar)."""
+    if not request.user.is_authenticated:
+        return HttpResponse(status=204)
+    return render(request, "labeling/_notifications_badge.html")

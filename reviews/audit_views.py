@@ -154,7 +154,7 @@ def audit_page(request: HttpRequest, slug: str, audit_id: int) -> HttpResponse:
 def audit_cancel(request: HttpRequest, slug: str, audit_id: int) -> HttpResponse:
     access = project_access(user=request.user, slug=slug, perm=Perm.REVIEW)
     run = _audit_get(access, audit_id)
-    job_cancel(job=run.job)
+    job_cancel(job=run.job, by=request.user)
     messages.info(request, "Cancel requested: the audit stops after the criteria in flight.")
     return redirect("audit", slug=slug, audit_id=run.pk)
 

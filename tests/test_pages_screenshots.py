@@ -62,12 +62,15 @@ NOT_PAGES = {
          "synthesis-run-resume", "synthesis-harness-import", "synthesis-validation-sample",
          "synthesis-sweep-resume", "rubric-generate", "rubric-item-save", "rubric-item-delete",
          "rubric-item-move", "rubric-restore", "rubric-recheck", "audit-cancel", "audit-resume",
-         "api-token-revoke", "logout", "bundle-import"),
+         "api-token-revoke", "logout", "bundle-import", "notifications-read", "label-skip",
+         "label-flag", "flag-resolve", "project-dimension-add", "project-dimension-update",
+         "project-member-add", "project-member-update"),
         "an action: POST only, it redirects or answers a fragment",
     ),
     **dict.fromkeys(
-        ("label-revise", "rubric-item-edit", "rubric-item-row", "rubric-recheck-status"),
-        "an htmx fragment of a page visited here (label, rubric review)",
+        ("label-revise", "rubric-item-edit", "rubric-item-row", "rubric-recheck-status",
+         "notifications-badge"),
+        "an htmx fragment of a page visited here (label, rubric review, the top bar)",
     ),
     **dict.fromkeys(
         ("export", "import-sample", "bundle-download", "synthesis-harness-jobs",

@@ -4,7 +4,8 @@
 
 Bundles and the Grader live in bundle.py (the format is documented there); a grader that
 follows a workbench alias (follow_alias) in follow.py; the TRL, verl and OpenRLHF reward
-functions in trainers.py, which take either; the capture target, which sends a sample of the
+functions in trainers/ (verl's group reward manager, loaded by verl itself, in
+trainers/verl_manager.py), which take either; the capture target, which sends a sample of the
 graded groups back to the workbench, in capture_client.py; docs/trainers.md shows how to wire
 each one.
 """
@@ -24,6 +25,7 @@ from graders.engine.bundle import (
 from graders.engine.capture_client import CaptureTarget
 from graders.engine.follow import FollowedGrader, FollowFailed, FollowRefused, follow_alias
 from graders.engine.trainers import (
+    TRLAsyncReward,
     TRLReward,
     openrlhf_reward_func,
     verl_compute_score,
@@ -41,6 +43,7 @@ __all__ = [
     "FollowedGrader",
     "GradeResult",
     "Grader",
+    "TRLAsyncReward",
     "TRLReward",
     "documents_input",
     "follow_alias",

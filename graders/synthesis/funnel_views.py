@@ -6,11 +6,11 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from graders.charts import stacked_bars_svg
 from graders.engine.synthesis.funnel import Funnel
 from graders.models import SynthesisRun
 from graders.synthesis.funnel_selectors import syntheses_list, synthesis_funnel
 from labeling.access import Perm, project_access
+from labeling.charts import stacked_bars_svg
 from labeling.demo import demo_synthesis_note
 
 AXIS_TITLES = {

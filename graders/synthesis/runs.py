@@ -226,6 +226,7 @@ def synthesis_resume(
             synthesis_run_task.delay_on_commit(run.pk)
 
 
-def synthesis_cancel(*, run: SynthesisRun) -> None:
-    """Ask the run to stop: no judge call is sent after its next check; stored work stays."""
-    job_cancel(job=run.job)
+def synthesis_cancel(*, run: SynthesisRun, by: Any = None) -> None:
+    """Ask the run to stop: no judge call is sent after its next check; stored work stays.
+    `by`: who asked (the job's creator is told of a cancel only when someone else asked)."""
+    job_cancel(job=run.job, by=by)

@@ -87,7 +87,7 @@ def synthesis_run_page(request: HttpRequest, slug: str, run_id: int) -> HttpResp
 def synthesis_run_cancel(request: HttpRequest, slug: str, run_id: int) -> HttpResponse:
     access = project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
     run = _run_get(access, run_id)
-    synthesis_cancel(run=run)
+    synthesis_cancel(run=run, by=request.user)
     messages.info(request, "Cancel requested: the run stops before its next call.")
     return redirect("synthesis-run", slug=slug, run_id=run.pk)
 

@@ -49,6 +49,7 @@
   document.addEventListener("keydown", (event) => {
     const form = document.querySelector("#grading-card form[data-grading]");
     if (!form || event.altKey || event.ctrlKey || event.metaKey) return;
+    if (window.workbenchShortcuts.modalOpen()) return;  // the shortcuts list has the keys
     const inNote = event.target && event.target.classList && event.target.classList.contains("note");
     if (inNote) {
       if (event.key === "Escape" || event.key === "Enter") {
@@ -70,7 +71,8 @@
       const note = item && item.querySelector(".note");
       if (note) note.focus();
     }
-    else if (event.key === "Enter") { event.preventDefault(); form.requestSubmit(); }
+    // Enter on a button (documents, tool calls) presses it; anywhere else it submits.
+    else if (event.key === "Enter" && !event.target.closest("button")) { event.preventDefault(); form.requestSubmit(); }
   });
 
   document.addEventListener("htmx:afterSwap", () => focus(unmarkedFrom(0)));

@@ -3,12 +3,16 @@
 // submission that fails (offline, server error) is kept in localStorage and retried until the
 // server has it, so no label is lost; resubmitting is harmless on the server. Kept labels are
 // stored per user and project, so a label is only ever retried by a page of the person who
-// made it, in its project, whoever else uses the browser in between.
+// made it, in its project, whoever else uses the browser in between. S skips the pair and F
+// flags it with a reason (a form in a dialog); both need the server at once and are not kept.
 (function () {
   "use strict";
   const CONTROLS = "summary, button";
   const app = document.getElementById("label-app");
   if (!app) return;
+  const shortcuts = window.workbenchShortcuts;
+  const flagDialog = document.getElementById("flag-dialog");
+  const flagForm = flagDialog.querySelector("[data-flag-form]");
   const PENDING_KEY = "workbench-pending-labels:" + app.dataset.user + ":" + app.dataset.project;
   const SHARED_KEY = "workbench-pending-labels";  // before labels were kept per user and project
 
@@ -93,7 +97,7 @@
     const holder = document.createElement("div");
     holder.innerHTML = html;
     const next = holder.querySelector("#pair-card");
-    if (next) { card().replaceWith(next); start(); window.scrollTo(0, 0); }
+    if (next) { card().replaceWith(next); start(); shortcuts.refresh(); window.scrollTo(0, 0); }
   }
 
   async function submit() {
@@ -146,6 +150,45 @@
     sending = false;
   }
 
+  // Skip or flag: the server answers with the next card, or says why not (400, in words).
+  async function passOn(url, data, say) {
+    if (!state || sending) return false;
+    sending = true;
+    let response = null;
+    try { response = await post(url, data); } catch (error) { response = null; }
+    sending = false;
+    if (response && response.ok && !response.redirected) { swap(await response.text()); return true; }
+    if (response && response.status === 400) say(await response.text(), "error");
+    else say("Not sent (offline, server error or an ended session); nothing changed. Try again.", "error");
+    return false;
+  }
+
+  function skip() { passOn(state.card.dataset.skipUrl, {}, status); }
+
+  function flagOpen() {
+    flagForm.reset();
+    flagDialog.querySelector("[data-flag-status]").textContent = "";
+    flagForm.dataset.url = state.card.dataset.flagUrl;
+    shortcuts.dialogOpen(flagDialog, flagForm.querySelector("input[name=reason]"));
+  }
+
+  function flagStatus(text, kind) {
+    const node = flagDialog.querySelector("[data-flag-status]");
+    node.textContent = text;
+    node.className = "status " + (kind || "");
+  }
+
+  flagForm.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const data = { reason: flagForm.elements.reason.value, note: flagForm.elements.note.value };
+    if (await passOn(flagForm.dataset.url, data, flagStatus)) flagDialog.close();
+  });
+
+  // Enter on a reason sends the flag (in the note it starts a new line).
+  flagForm.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && event.target.type === "radio") { event.preventDefault(); flagForm.requestSubmit(); }
+  });
+
   async function previous() {
     if (!state && !history.length) return;
     const current = state ? state.card.dataset.assignment : null;
@@ -153,7 +196,7 @@
     const target = index > 0 ? history[index - 1] : index === -1 ? history[history.length - 1] : null;
     if (!target) { status("No earlier pair in this session.", "warn"); return; }
     const url = (state ? state.card.dataset.reviseUrl : app.dataset.reviseUrl).replace(/\/0\/$/, "/" + target + "/");
-    const response = await fetch(url, { credentials: "same-origin" });
+    const response = await fetch(url + "?fragment=1", { credentials: "same-origin" });
     if (response.ok) swap(await response.text());
   }
 
@@ -180,7 +223,7 @@
 
   document.addEventListener("keydown", (event) => {
     const target = event.target;
-    if (target && (target.tagName === "INPUT" || target.tagName === "TEXTAREA" || target.isContentEditable)) return;
+    if (shortcuts.modalOpen() || shortcuts.typing(target)) return;
     if (event.altKey || event.ctrlKey || event.metaKey) return;
     // Enter on a focused control does what the control does (an expander opens or closes, a
     // button is pressed, a link is followed); Enter anywhere else submits.
@@ -195,7 +238,9 @@
     if (keys[event.key]) { event.preventDefault(); state.side = keys[event.key]; render(); status(""); return; }
     if (["1", "2", "3"].includes(event.key)) { event.preventDefault(); state.confidence = Number(event.key) - 1; render(); status(""); return; }
     if (event.key === "Enter") { event.preventDefault(); submit(); return; }
-    if (event.key === "Backspace") { event.preventDefault(); previous(); }
+    if (event.key === "Backspace") { event.preventDefault(); previous(); return; }
+    if ((event.key === "s" || event.key === "S") && state.card.querySelector("[data-skip]")) { event.preventDefault(); skip(); return; }
+    if (event.key === "f" || event.key === "F") { event.preventDefault(); flagOpen(); }
   });
 
   // A click on a response card (or its Response 1/2 button) picks that side, unless it lands in
@@ -205,6 +250,8 @@
     const target = event.target;
     if (target.closest("[data-intro-start]") && introShown()) { introDismiss(); return; }
     if (target.closest("[data-submit]")) { submit(); return; }
+    if (target.closest("[data-skip]")) { skip(); return; }
+    if (target.closest("[data-flag]")) { flagOpen(); return; }
     const confidence = target.closest("button[data-confidence]");
     if (confidence) { state.confidence = Number(confidence.dataset.confidence); render(); status(""); return; }
     if (target.closest("details, a") || !document.getSelection().isCollapsed) return;

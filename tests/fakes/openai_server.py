@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http import HTTPStatus
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Literal
 
 import pytest
 
@@ -204,7 +204,7 @@ class FakeJudgeServer:
         )
         self._server: asyncio.Server | None = None
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> "FakeJudgeServer":
         self.start()
         return self
 

@@ -3,7 +3,8 @@
 import re
 from typing import Any
 
-from graders.charts import curve_svg, curve_warning, depth_accuracy_svg, stacked_bars_svg
+from graders.charts import curve_svg, curve_warning, depth_accuracy_svg
+from labeling.charts import stacked_bars_svg
 
 HOSTILE = "<script>alert(1)</script>"
 

@@ -64,7 +64,7 @@ def test_every_path_to_a_trainer_gives_the_in_app_rewards(
             extra_infos=[{"task_id": TASK}] * n,
         )
     ]
-    openrlhf = openrlhf_reward_func(bundle)(
+    openrlhf = openrlhf_reward_func(bundle, group_size=n)(
         queries=[prompt + c for c in contents], prompts=[prompt] * n, labels=[TASK] * n
     )
     bundle.close()

@@ -7,6 +7,7 @@ every other score step says 0.5 whatever it reads. Accuracies are recomputed her
 stored rewards with a direct reading of DESIGN.md section 7, not with the engine's metrics."""
 
 import json
+from collections import defaultdict
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -31,22 +32,28 @@ from tests.labeling.helpers import write_jsonl
 pytestmark = pytest.mark.django_db
 
 
-def tolerant_accuracy(run: GradingRun, tol: float = 0.1) -> float:
-    """DESIGN.md section 7, read directly: over same-task pairs with different true scores,
-    1 if the better one's reward leads by more than tol, 0.5 within tol, else 0."""
+def pair_credits(run: GradingRun, tol: float = 0.1) -> dict[int, list[float]]:
+    """DESIGN.md section 7, read directly, per task: over same-task pairs of responses with
+    different true scores, 1 if the better one's reward leads by more than tol, 0.5 within
+    tol, else 0."""
     rows = Grade.objects.filter(run=run).values_list("response_id", "response__task_id", "reward")
     truth = dict(
         Score.objects.filter(response_id__in=[r for r, _, _ in rows]).values_list(
             "response_id", "value"
         )
     )
-    credits = []
+    credits: dict[int, list[float]] = defaultdict(list)
     for (a, task_a, reward_a), (b, task_b, reward_b) in combinations(rows, 2):
-        if task_a != task_b or truth[a] == truth[b]:
+        if task_a != task_b or a not in truth or b not in truth or truth[a] == truth[b]:
             continue
         (_, better), (_, worse) = sorted([(truth[a], reward_a), (truth[b], reward_b)])[::-1]
         lead = better - worse
-        credits.append(1.0 if lead > tol else 0.5 if abs(lead) <= tol else 0.0)
+        credits[task_a].append(1.0 if lead > tol else 0.5 if abs(lead) <= tol else 0.0)
+    return credits
+
+
+def tolerant_accuracy(run: GradingRun, tol: float = 0.1) -> float:
+    credits = [credit for task in pair_credits(run, tol).values() for credit in task]
     return sum(credits) / len(credits)
 
 

@@ -6,8 +6,6 @@ Per-task credit is recomputed here from the stored rewards with a direct reading
 section 7 (tests/graders/test_search.py's tolerant credit), not from the evaluation's record."""
 
 import json
-from collections import defaultdict
-from itertools import combinations
 from typing import Any
 
 import numpy as np
@@ -28,7 +26,6 @@ from graders.engine.selection import (
 from graders.models import (
     Candidate,
     CandidateStatus,
-    Grade,
     GradingRun,
     JudgeEndpoint,
     Metagrader,
@@ -41,28 +38,14 @@ from graders.services import metagrader_register
 from labeling.models import Project, Score, Task
 from tests.fakes.openai_server import FakeJudgeServer
 from tests.graders.conftest import QUALITY, VERIFIED, verifying_responder
+from tests.graders.test_search import pair_credits
 
 pytestmark = pytest.mark.django_db
 
 
 def task_credit(run: GradingRun, tol: float = 0.1) -> dict[int, tuple[float, int]]:
-    """{task: (tolerant credit sum, pairs)}: over same-task pairs of labeled responses with
-    different true scores, 1 if the better one's reward leads by more than tol, 0.5 within
-    tol, else 0."""
-    rows = Grade.objects.filter(run=run).values_list("response_id", "response__task_id", "reward")
-    truth = dict(
-        Score.objects.filter(response_id__in=[r for r, _, _ in rows]).values_list(
-            "response_id", "value"
-        )
-    )
-    credit: dict[int, list[float]] = defaultdict(list)
-    for (a, task_a, reward_a), (b, task_b, reward_b) in combinations(rows, 2):
-        if task_a != task_b or a not in truth or b not in truth or truth[a] == truth[b]:
-            continue
-        (_, better), (_, worse) = sorted([(truth[a], reward_a), (truth[b], reward_b)])[::-1]
-        lead = better - worse
-        credit[task_a].append(1.0 if lead > tol else 0.5 if abs(lead) <= tol else 0.0)
-    return {task: (sum(values), len(values)) for task, values in credit.items()}
+    """{task: (tolerant credit sum, pairs)} (tests/graders/test_search.py pair_credits)."""
+    return {task: (sum(values), len(values)) for task, values in pair_credits(run, tol).items()}
 
 
 def expected_selection(search: SearchRun) -> tuple[list[Candidate], Any]:

@@ -66,7 +66,7 @@ def test_a_failed_import_job_lists_the_bad_lines(
     page = Client()
     page.force_login(admin_user)
     html = page.get(reverse("job-detail", args=[job.pk])).content.decode()
-    assert "malformed JSON" in html and "hx-trigger" not in html  # finished: no more polling
+    assert "malformed JSON" in html and 'hx-trigger="every 1s"' not in html  # finished: no polling
 
 
 def test_a_large_file_that_is_not_text_is_refused_before_any_job(

@@ -49,19 +49,27 @@ def test_each_role_sees_only_the_sections_and_pages_it_may_open(
                 status = client.get(href).status_code
                 assert status == 200, f"{user.username}: {label} ({href}) answers {status}"
     assert seen["eve"] == {
-        "Label": ["Label pairs", "Grade criteria", "Queue"],
+        "Label": ["Label pairs", "Grade criteria", "My labels", "Queue"],
         "Review": ["Agreement"],
-        "Data": ["Tasks", "Splits"],
+        "Data": ["Tasks", "Splits", "Jobs"],
     }
     assert seen["rob"] == {
         "Label": ["Queue"],
         "Review": ["Rubrics", "Audits", "Agreement"],
         "Graders": ["Graders", "Search", "Synthesis", "Judges", "Judge accuracy"],
-        "Data": ["Tasks", "Splits", "Export (JSONL)", "Lineage"],
+        "Data": ["Tasks", "Splits", "Export (JSONL)", "Lineage", "Jobs"],
     }
     assert list(seen["ada"]) == ["Label", "Review", "Graders", "Data", "Settings"]
-    assert seen["ada"]["Data"] == ["Tasks", "Import", "Splits", "Export (JSONL)", "Lineage"]
-    assert seen["ada"]["Settings"] == ["API tokens", "Annotators"]  # not staff: no Django admin
+    assert seen["ada"]["Label"] == [
+        "Label pairs",
+        "Grade criteria",
+        "My labels",
+        "Queue",
+        "Flagged pairs",
+    ]
+    assert seen["ada"]["Data"] == ["Tasks", "Import", "Splits", "Export (JSONL)", "Lineage", "Jobs"]
+    # Not staff: no Django admin.
+    assert seen["ada"]["Settings"] == ["Project settings", "API tokens", "Annotators"]
     admin_user.is_staff = True
     admin_user.save(update_fields=["is_staff"])
     staff_menu = _menu(_client(admin_user).get(overview).content.decode())

@@ -21,16 +21,11 @@ TRL_SPLIT_GROUPS = (
     "per_device_train_batch_size x steps_per_generation (GRPOConfig) a multiple of "
     "num_generations"
 )
-VERL_PAIRWISE_NEEDS_BATCH = (
-    "verl calls a per-sample compute_score with one response at a time, so a pairwise grader "
-    "cannot compare a prompt's responses; use the batch reward manager "
-    "(reward.reward_manager.name=batch, or reward_model.reward_manager=batch in older verl) "
-    "with verl_compute_score(grader, batch=True)"
-)
 OPENRLHF_PAIRWISE_PER_SAMPLE = (
-    "OpenRLHF called reward_func with one response per prompt (current releases call it once "
-    "per sample), so a pairwise grader has nothing to compare; export a scalar or rubric "
-    "grader for OpenRLHF"
+    "OpenRLHF calls reward_func with one response per prompt (current releases call it once "
+    "per sample), so a pairwise grader has nothing to compare; gather a prompt's samples with "
+    "openrlhf_reward_func(..., group_size=N) (N = --rollout.n_samples_per_prompt), or export a "
+    "scalar or rubric grader"
 )
 
 

@@ -1,6 +1,9 @@
 """TRL: GRPOTrainer's reward function (module docstring of graders.engine.trainers)."""
 
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+import asyncio
+import inspect
+import sys
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from graders.engine.bundle import Grader, GradeResult
@@ -32,8 +35,10 @@ class TRLReward:
 
     A failed grade gets `failure_reward`; None makes TRL leave this function out of that
     completion's reward. `last_failures` counts the failed grades of the latest call; each
-    failure is also logged by the grader. `__name__` (default `grader_<bundle name>`) is what
-    TRL logs the reward under.
+    failure is also logged by the grader, and when TRL passes `log_metric` (TRL 1.16 does) the
+    call's share of failed grades goes there as `<__name__>/grader_failed`, which TRL averages
+    into its logged metrics. `__name__` (default `grader_<bundle name>`) is what TRL logs the
+    reward under.
     """
 
     def __init__(
@@ -61,18 +66,10 @@ class TRLReward:
         grader = grader_now(self.grader)
         return grader.run_sync(self._score(grader, prompts, completions, **kwargs))
 
-    def as_async(self) -> Callable[..., Awaitable[list[float | None]]]:
-        """The same reward as an `async def` function, for TRL's concurrent async reward
-        functions (TRL recognizes them with asyncio.iscoroutinefunction, which a callable
-        object does not satisfy)."""
-
-        async def reward(
-            prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
-        ) -> list[float | None]:
-            return await self.score(prompts, completions, **kwargs)
-
-        reward.__name__ = reward.__qualname__ = self.__name__
-        return reward
+    def as_async(self) -> "TRLAsyncReward":
+        """The same reward as an async callable (TRLAsyncReward), which TRL awaits on its
+        event loop beside its other async reward functions."""
+        return TRLAsyncReward(self)
 
     async def score(
         self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
@@ -85,6 +82,9 @@ class TRLReward:
     ) -> list[float | None]:
         results = await self._grade(grader, prompts, completions, **kwargs)
         self.last_failures = sum(not result.ok for result in results)
+        log_metric: Callable[[str, float], None] | None = kwargs.get("log_metric")
+        if log_metric is not None and results:
+            log_metric(f"{self.__name__}/grader_failed", self.last_failures / len(results))
         return [
             self.failure_reward if result.reward is None else result.reward for result in results
         ]
@@ -143,3 +143,40 @@ class TRLReward:
         for row, prompt in enumerate(prompts):
             groups.append(row if row == 0 or prompt != prompts[row - 1] else groups[-1])
         return groups
+
+
+class TRLAsyncReward:
+    """A TRLReward as an object with `async def __call__`: `reward_funcs=reward.as_async()`.
+
+    TRL awaits it on its event loop (TRL 1.16 recognizes an async callable by its `__call__`;
+    older releases and asyncio.iscoroutinefunction by a coroutine-function mark, which this
+    object carries too). Unlike a closure it pickles, with its grader, for AsyncGRPOTrainer's
+    spawned rollout worker; the mark is set again when it is unpickled. Results, failures and
+    `__name__` are those of the TRLReward it wraps (`.reward`).
+    """
+
+    def __init__(self, reward: TRLReward) -> None:
+        self.reward = reward
+        self.__name__ = reward.__name__
+        _mark_coroutine_function(self)
+
+    def __repr__(self) -> str:
+        return f"TRLAsyncReward({self.reward!r})"
+
+    async def __call__(
+        self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
+    ) -> list[float | None]:
+        return await self.reward.score(prompts, completions, **kwargs)
+
+    def __reduce__(self) -> tuple[type["TRLAsyncReward"], tuple[TRLReward]]:
+        # Rebuilt by its constructor: the mark is a sentinel object of this process.
+        return TRLAsyncReward, (self.reward,)
+
+
+def _mark_coroutine_function(callable_object: TRLAsyncReward) -> None:
+    """Make asyncio.iscoroutinefunction (and, from Python 3.12, inspect.iscoroutinefunction)
+    true for an object whose `__call__` is a coroutine function."""
+    if sys.version_info >= (3, 12):
+        inspect.markcoroutinefunction(callable_object)
+    else:  # Python 3.10 and 3.11: the marker asyncio.iscoroutinefunction looks for
+        callable_object.__dict__["_is_coroutine"] = vars(asyncio.coroutines)["_is_coroutine"]

@@ -1,5 +1,15 @@
 """verl: compute_score functions for its reward managers (module docstring of
-graders.engine.trainers)."""
+graders.engine.trainers).
+
+verl >= 0.9 computes rewards in its reward loop: a reward manager ("naive", "rate_limited",
+...) calls `compute_score(data_source=, solution_str=, ground_truth=, extra_info=)` once per
+response, awaiting it when it is a coroutine function; a returned dict's "score" is the reward
+and its other keys become reward_extra_info. That is the per-sample form. The group form
+(`batch=True`) takes a list of each and grades responses to one task together, which pairwise
+graders need: on verl >= 0.9 our WorkbenchGroupRewardManager (verl_manager.py) calls it with
+one prompt's responses, gathered by uid; on verl 0.7-0.8 the "batch" reward manager of the
+legacy reward path calls it with a chunk of the batch.
+"""
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
@@ -11,7 +21,6 @@ from graders.engine.trainers.groups import (
     INSTRUCTIONS_KEY,
     PROMPT_KEYS,
     TASK_ID_KEY,
-    VERL_PAIRWISE_NEEDS_BATCH,
     GraderSource,
     grader_loaded,
     grader_now,
@@ -23,34 +32,50 @@ from graders.engine.trainers.groups import (
 
 VerlScore = dict[str, float]
 
+VERL_PAIRWISE_NEEDS_GROUPS = (
+    "verl calls a per-sample compute_score with one response at a time, so a pairwise grader "
+    "cannot compare a prompt's responses; on verl >= 0.9 use the group form "
+    "verl_compute_score_async(grader, batch=True) under WorkbenchGroupRewardManager "
+    "(reward.reward_manager.source=importlib, reward.reward_manager.name="
+    "WorkbenchGroupRewardManager, reward.reward_manager.module.path="
+    "pkg://graders.engine.trainers.verl_manager); on verl 0.7-0.8, verl_compute_score(grader, "
+    "batch=True) under the batch reward manager (reward_model.reward_manager=batch "
+    "reward_model.use_reward_loop=False)"
+)
+VERL_GROUP_FORM_PER_SAMPLE = (
+    "this is the group form of compute_score (batch=True), but it was called with one sample "
+    "(solution_str=): verl >= 0.9's reward managers naive, dapo and rate_limited call "
+    "compute_score per sample; give them verl_compute_score(grader) or "
+    "verl_compute_score_async(grader), or run the group form under WorkbenchGroupRewardManager"
+)
+
 
 def verl_compute_score(
     source: GraderSource, *, batch: bool = False, failure_reward: float = 0.0
 ) -> Callable[..., Any]:
-    """A verl reward function (custom_reward_function.path/name points at it).
+    """A verl reward function (reward.custom_reward_function.path/name points at it).
 
     Per sample (default): `compute_score(data_source, solution_str, ground_truth,
     extra_info=None, **kwargs) -> {"score": reward, "grader_failed": 0.0 or 1.0}`; a pairwise
-    grader refuses this form. With `batch=True`, for the "batch" reward manager:
-    `compute_score(data_sources, solution_strs, ground_truths, extra_infos=None, **kwargs)`
-    returning one such dict per response, responses to the same task graded as one group.
-    `extra_info` names the task: "task_id", or "prompt" (or "question") with optional
-    "documents" and "instructions". `grader_failed` averages to the failure rate in verl's
-    metrics.
+    grader refuses this form when it is built, that is when verl loads the reward file. With
+    `batch=True`, the group form: `compute_score(data_sources, solution_strs, ground_truths,
+    extra_infos=None, **kwargs)` returning one such dict per response, responses to the same
+    task graded as one group. `extra_info` names the task: "task_id", or "prompt" (or
+    "question") with optional "documents" and "instructions". `grader_failed` averages to the
+    failure rate in verl's metrics.
     """
     if batch:
 
         def compute_score_batch(
-            data_sources: Sequence[Any],
-            solution_strs: Sequence[str],
-            ground_truths: Sequence[Any],
+            data_sources: Sequence[Any] = (),
+            solution_strs: Sequence[str] | None = None,
+            ground_truths: Sequence[Any] = (),
             extra_infos: Sequence[Mapping[str, Any] | None] | None = None,
             **kwargs: Any,
         ) -> list[VerlScore]:
+            texts = _group_texts(solution_strs, kwargs)
             grader = grader_now(source)
-            return grader.run_sync(
-                _verl_batch_score(grader, solution_strs, extra_infos, failure_reward)
-            )
+            return grader.run_sync(_verl_batch_score(grader, texts, extra_infos, failure_reward))
 
         compute_score_batch.__name__ = compute_score_batch.__qualname__ = "compute_score"
         return compute_score_batch
@@ -74,19 +99,22 @@ def verl_compute_score(
 def verl_compute_score_async(
     source: GraderSource, *, batch: bool = False, failure_reward: float = 0.0
 ) -> Callable[..., Awaitable[Any]]:
-    """verl_compute_score as an `async def` function: verl awaits it on its reward loop
-    instead of running it in a thread, which it recommends for functions that call an API."""
+    """verl_compute_score as an `async def` function: verl's reward loop awaits it instead of
+    running it in a thread, so many judge calls are in flight at once (the form to use with
+    verl >= 0.9, per sample under naive or rate_limited, grouped under
+    WorkbenchGroupRewardManager)."""
     if batch:
 
         async def compute_score_batch(
-            data_sources: Sequence[Any],
-            solution_strs: Sequence[str],
-            ground_truths: Sequence[Any],
+            data_sources: Sequence[Any] = (),
+            solution_strs: Sequence[str] | None = None,
+            ground_truths: Sequence[Any] = (),
             extra_infos: Sequence[Mapping[str, Any] | None] | None = None,
             **kwargs: Any,
         ) -> list[VerlScore]:
+            texts = _group_texts(solution_strs, kwargs)
             grader = await grader_now_async(source)
-            return await _verl_batch_score(grader, solution_strs, extra_infos, failure_reward)
+            return await _verl_batch_score(grader, texts, extra_infos, failure_reward)
 
         compute_score_batch.__name__ = compute_score_batch.__qualname__ = "compute_score"
         return compute_score_batch
@@ -109,7 +137,17 @@ def verl_compute_score_async(
 def _per_sample_check(source: GraderSource) -> None:
     grader = grader_loaded(source)
     if grader.is_pairwise:
-        raise ValueError(f"{grader.name} is a {grader.kind} grader: {VERL_PAIRWISE_NEEDS_BATCH}")
+        raise ValueError(f"{grader.name} is a {grader.kind} grader: {VERL_PAIRWISE_NEEDS_GROUPS}")
+
+
+def _group_texts(solution_strs: Sequence[str] | None, kwargs: Mapping[str, Any]) -> Sequence[str]:
+    """The group form's responses; a per-sample call (a manager that calls once per response)
+    is refused by name rather than with a TypeError about a missing argument."""
+    if solution_strs is None:
+        if "solution_str" in kwargs:
+            raise ValueError(VERL_GROUP_FORM_PER_SAMPLE)
+        raise TypeError("compute_score (group form) needs solution_strs")
+    return solution_strs
 
 
 async def _verl_batch_score(
@@ -123,7 +161,7 @@ async def _verl_batch_score(
     if len(infos) != size:
         raise ValueError(f"{len(infos)} extra_infos for {size} solution_strs")
     tasks = [_verl_task(grader, info) for info in infos]
-    pairwise_groups_check(grader, tasks, VERL_PAIRWISE_NEEDS_BATCH)
+    pairwise_groups_check(grader, tasks, VERL_PAIRWISE_NEEDS_GROUPS)
     results = await groups_grade(grader, tasks, solution_strs, tasks)
     return [
         {"score": reward(result, failure_reward), "grader_failed": float(not result.ok)}

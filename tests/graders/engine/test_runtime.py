@@ -766,7 +766,7 @@ def test_verl_per_sample_needs_the_task_in_extra_info(make_grader: Callable[...,
 def test_verl_per_sample_refuses_a_pairwise_grader(
     factory: Callable[..., Any], make_grader: Callable[..., Grader]
 ) -> None:
-    with pytest.raises(ValueError, match="use the batch reward manager"):
+    with pytest.raises(ValueError, match="WorkbenchGroupRewardManager"):
         factory(make_grader(PAIRWISE))
 
 
@@ -872,7 +872,7 @@ def test_openrlhf_strips_the_prompt_and_returns_rewards_scores_and_logs(
     assert out == {
         "rewards": [0.75, -0.5, 1.0],
         "scores": [0.75, -0.5, 1.0],
-        "extra_logs": {"grader_failed": [0.0, 1.0, 0.0]},
+        "extra_logs": {"grader_failed": [0.0, 1.0, 0.0], "reward_func_error": [0.0, 0.0, 0.0]},
     }
     assert not judge.any_prompt_contains("reference answer")
     assert judge.any_prompt_contains("Clause 9")  # the label named a task of the bundle
@@ -883,7 +883,7 @@ def test_openrlhf_groups_a_prompts_responses_for_pairwise(
     judge: FakeJudgeServer, make_grader: Callable[..., Grader]
 ) -> None:
     grader = make_grader(PAIRWISE)
-    reward_func = openrlhf_reward_func(grader)
+    reward_func = openrlhf_reward_func(grader, group_size=2)  # whole groups fill at once
     prompts = ["Q1 ", "Q2 ", "Q1 ", "Q2 "]
     responses = ["poor", "excellent", "good", "fair"]
 
@@ -895,23 +895,32 @@ def test_openrlhf_groups_a_prompts_responses_for_pairwise(
     )
 
 
-def test_openrlhf_refuses_a_query_that_does_not_start_with_its_prompt(
+def test_openrlhf_answers_a_query_that_does_not_start_with_its_prompt_in_extra_logs(
+    make_grader: Callable[..., Grader], caplog: pytest.LogCaptureFixture
+) -> None:
+    """OpenRLHF logs a reward_func exception at INFO and leaves the sample without a reward,
+    to crash later: the function answers the failure itself and logs why at ERROR."""
+    reward_func = openrlhf_reward_func(make_grader(SCALAR), failure_reward=-1.0)
+
+    out = reward_func(["abc good", "abX good"], ["abc ", "abc "], None)
+
+    assert out == {
+        "rewards": [-1.0, -1.0],
+        "scores": [-1.0, -1.0],
+        "extra_logs": {"grader_failed": [1.0, 1.0], "reward_func_error": [1.0, 1.0]},
+    }
+    assert [r.levelname for r in caplog.records] == ["ERROR"]
+    assert (
+        r"queries[1] does not start with prompts[1]: at position 2 the prompt has 'c ' and the query 'X good'"
+        in caplog.records[0].getMessage()
+    )
+
+
+def test_openrlhf_pairwise_without_gathering_is_refused_when_made(
     make_grader: Callable[..., Grader],
 ) -> None:
-    reward_func = openrlhf_reward_func(make_grader(SCALAR))
-
-    with pytest.raises(
-        ValueError,
-        match=r"queries\[1\] does not start with prompts\[1\]: at position 2 the prompt has 'c ' and the query 'X good'",
-    ):
-        reward_func(["abc good", "abX good"], ["abc ", "abc "], None)
-
-
-def test_openrlhf_pairwise_refuses_one_sample_per_call(make_grader: Callable[..., Grader]) -> None:
-    reward_func = openrlhf_reward_func(make_grader(PAIRWISE))
-
-    with pytest.raises(ValueError, match="current releases call it once per sample"):
-        reward_func(["Q good"], ["Q "], [None])
+    with pytest.raises(ValueError, match=r"current releases call it once per sample.*group_size"):
+        openrlhf_reward_func(make_grader(PAIRWISE))
 
 
 def test_openrlhf_returns_tensors_when_torch_is_installed(

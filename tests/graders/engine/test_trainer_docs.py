@@ -4,15 +4,25 @@ training job. Blocks that need a trainer's own packages (TRL, datasets, pandas) 
 only: those packages are not ours to install here."""
 
 import ast
+import asyncio
 import json
 import re
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from graders.engine.runtime import load_bundle
 from tests.fakes.openai_server import FakeJudgeServer
-from tests.graders.engine.test_runtime import LEASE, SCALAR, bundle_dict, quality_judge
+from tests.graders.engine.test_runtime import (
+    LEASE,
+    PAIRWISE,
+    SCALAR,
+    bundle_dict,
+    quality_judge,
+    reference_rewards,
+)
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "trainers.md"
 TRAINER_PACKAGES = {"datasets", "trl", "pandas"}
@@ -84,32 +94,57 @@ def test_the_bundle_check_prints_each_response_s_reward_and_the_usage(
     assert "'calls': 2" in printed[3]
 
 
-def test_verl_reward_file_scores_a_batch_by_task_id(bundle_in: Path) -> None:
-    namespace = run(block("verl_compute_score(_grader"), bundle_in)
-    compute_score = namespace["compute_score"]
-    try:
-        scores = compute_score(
-            ["workbench"] * 2,
-            ["An excellent answer: 60 days notice.", "A poor answer."],
-            ["", ""],
-            [{"task_id": "lease"}, {"task_id": "lease"}],
-        )
-    finally:
-        namespace["_grader"].close()
+def test_verl_reward_file_scores_one_response_by_task_id(bundle_in: Path) -> None:
+    # verl's own reward loop runs both reward files in tests/trainers/test_verl.py.
+    namespace = run(block("verl_compute_score_async(_grader, failure_reward"), bundle_in)
+    compute_score, grader = namespace["compute_score"], namespace["_grader"]
 
-    assert scores == [{"score": 1.0, "grader_failed": 0.0}, {"score": 0.25, "grader_failed": 0.0}]
+    async def like_verl() -> list[Any]:
+        try:
+            return [
+                await compute_score(
+                    data_source="workbench",
+                    solution_str=text,
+                    ground_truth="",
+                    extra_info={"task_id": "lease"},
+                )
+                for text in ("An excellent answer: 60 days notice.", "A poor answer.")
+            ]
+        finally:
+            await grader.aclose()
+
+    assert asyncio.run(like_verl()) == [
+        {"score": 1.0, "grader_failed": 0.0},
+        {"score": 0.25, "grader_failed": 0.0},
+    ]
 
 
-def test_openrlhf_reward_file_scores_queries_by_label(bundle_in: Path) -> None:
-    namespace = run(block("openrlhf_reward_func("), bundle_in)
-    prompt = f"<|user|>{LEASE}<|assistant|>"
-    result = namespace["reward_func"](
-        queries=[prompt + "A good answer.", prompt + "A fair answer."],
-        prompts=[prompt, prompt],
-        labels=["lease", "lease"],
+def test_openrlhf_reward_file_gathers_a_prompts_samples_for_pairwise(
+    bundle_in: Path, fake_judge: FakeJudgeServer
+) -> None:
+    """Called as OpenRLHF calls it: one sample per call, a prompt's samples from threads."""
+    (bundle_in / "grader-bundle.json").write_text(
+        json.dumps(bundle_dict(PAIRWISE, fake_judge.base_url))
     )
-    assert [float(x) for x in result["rewards"]] == [0.75, 0.5]
-    assert [float(x) for x in result["extra_logs"]["grader_failed"]] == [0.0, 0.0]
+    namespace = run(block("openrlhf_reward_func("), bundle_in)
+    prompt = f"<|im_start|>user\n{LEASE}<|im_end|>\n<|im_start|>assistant\n"
+    words = ["excellent", "good", "fair", "poor"] * 2  # group_size=8 in the guide
+    answers = [f"A {word} answer.<|im_end|>" for word in words]
+    with ThreadPoolExecutor(len(answers)) as pool:
+        results = list(
+            pool.map(lambda a: namespace["reward_func"]([prompt + a], [prompt], ["lease"]), answers)
+        )
+    task = load_bundle(bundle_dict(PAIRWISE, fake_judge.base_url)).tasks["lease"]
+    expected = reference_rewards(
+        PAIRWISE, fake_judge.base_url, task, [a.removesuffix("<|im_end|>") for a in answers]
+    )
+    assert [float(r["rewards"][0]) for r in results] == expected
+    for result in results:
+        assert {key: float(value[0]) for key, value in result["extra_logs"].items()} == {
+            "grader_failed": 0.0,
+            "reward_func_error": 0.0,
+            "group_incomplete": 0.0,
+        }
 
 
 def test_the_custom_loop_grades_an_inline_task(
