@@ -399,7 +399,9 @@ def test_a_run_s_job_page_shows_the_project_links_back_and_cancel_returns_to_the
 
     assert f"<h1>Grading job #{run.job_id}</h1>" in page
     assert f'Runs the <a href="{run_url}">grading run #{run.pk}</a>' in page
-    assert "ada · admin" in page and 'href="/p/acme/graders/"' in page  # the project's menu
+    assert (
+        'ada <span class="role">admin</span>' in page and 'href="/p/acme/graders/"' in page
+    )  # the project's menu
     on_run_page = "http://testserver" + run_url
     fragment = admin.get(job_url, headers={"HX-Request": "true", "HX-Current-URL": on_run_page})
     assert f'name="next" value="{on_run_page}"' in fragment.content.decode()

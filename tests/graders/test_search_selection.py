@@ -260,7 +260,7 @@ def test_the_search_page_shows_the_rule_and_the_untouched_side_of_the_curve(
     client.force_login(admin_user)
     page = client.get(f"/p/{search_project.slug}/searches/{search.pk}/").content.decode()
     assert "selection rule: Holdout: feedback on four fifths, the pick on the rest" in page
-    assert "D_selection, untouched</th>" in page and "Told the proposer" in page
+    assert "selection tasks</abbr>, untouched</th>" in page and "Told the proposer" in page
     # The chart draws the untouched series, with its legend entry, from the curve's values.
     untouched = [p["untouched"] for p in search.curve]
     assert len(untouched) == 2 and all(value is not None for value in untouched)
@@ -273,7 +273,8 @@ def test_the_search_page_shows_the_rule_and_the_untouched_side_of_the_curve(
     ]
     search.save(update_fields=["selection_rule", "curve"])
     page = client.get(f"/p/{search_project.slug}/searches/{search.pk}/").content.decode()
-    assert "D_selection, untouched" not in page and 'class="point untouched"' not in page
+    assert "untouched</th>" not in page and "D_selection, untouched" not in page
+    assert 'class="point untouched"' not in page
 
 
 def test_the_structured_proposer_breeds_from_the_best_by_what_it_was_told(

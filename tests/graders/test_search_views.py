@@ -311,7 +311,7 @@ def test_winner_report_shows_both_splits_and_the_domains(
     assert tax.index("held out") < tax.index("</tr>") and "0.550" in tax
     legal = report[report.index("<td>legal") :]
     assert "held out" not in legal[: legal.index("</tr>")]
-    assert "A held-out domain has no task in D_meta" in report
+    assert 'A held-out domain has no task in <abbr class="term" title="D_meta">' in report
 
     run = search.winner.eval_run  # type: ignore[union-attr]
     for row in run.evaluation["by_domain"]:

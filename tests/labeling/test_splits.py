@@ -99,7 +99,9 @@ def test_the_splits_page_previews_the_moves_and_writes_only_when_confirmed(
         ("unassigned", "train"): 8, ("unassigned", "eval"): 4,
     }  # fmt: skip
     assert "21 of 21 tasks would change split; 0 stay where they are." in html
-    assert '<tr><td>unassigned</td><td>train</td><td class="num">8</td></tr>' in html
+    unassigned = '<abbr class="term" title="unassigned">not in a split</abbr>'
+    training = '<abbr class="term" title="train">training</abbr>'
+    assert f'<tr><td>{unassigned}</td><td>{training}</td><td class="num">8</td></tr>' in html
     assert f'name="confirm" value="{plan.token}"' in html
     # A wrong token writes nothing either, and shows the plan again.
     stale = client.post(url, form | {"confirm": "0" * 32})
