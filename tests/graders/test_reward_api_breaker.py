@@ -11,8 +11,9 @@ import pytest
 from django.test import Client
 
 from graders.engine import judge as judge_module
-from graders.engine.breaker import BreakerPolicy, Breakers
+from graders.engine.breaker import BreakerPolicy
 from graders.models import JudgeEndpoint, Metagrader, RewardUsage
+from tests.fakes.clock import FakeClock, breakers_on_fake_clock
 from tests.fakes.openai_server import FakeJudgeServer
 from tests.graders.test_reward_api import (  # noqa: F401 (fixtures)
     bearer,
@@ -31,19 +32,10 @@ pytestmark = pytest.mark.django_db
 COOLDOWN_S = 15
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     """Fresh breakers on a fake clock; three failures open one (JUDGE_BREAKER_FAILURES)."""
-    fake = FakeClock()
-    monkeypatch.setattr(judge_module, "BREAKERS", Breakers(clock=fake))
+    fake = breakers_on_fake_clock(monkeypatch)
     monkeypatch.setenv("JUDGE_BREAKER_FAILURES", "3")
     monkeypatch.setenv("JUDGE_BREAKER_COOLDOWN_S", str(COOLDOWN_S))
     return fake

@@ -16,17 +16,10 @@ from graders.engine.breaker import (
 )
 from graders.engine.judge import JudgeSettings
 from graders.engine.runtime import BundleInvalid, load_bundle
+from tests.fakes.clock import FakeClock
 from tests.graders.engine.test_runtime import SCALAR, bundle_dict
 
 REFUSED = "ConnectError: could not connect"
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def refusal(breaker: Breaker) -> str:

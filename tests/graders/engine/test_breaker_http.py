@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 
 from graders.engine import judge as judge_module
-from graders.engine.breaker import Breaker, BreakerPolicy, Breakers
+from graders.engine.breaker import Breaker, BreakerPolicy
 from graders.engine.judge import ChatRequest, ChatResult, JudgeClient, JudgeSettings
 from graders.engine.programs import ResponseInput, TaskInput, program_validate
 from graders.engine.runtime import Grader, GradeResult
+from tests.fakes.clock import FakeClock, breakers_on_fake_clock
 from tests.fakes.openai_server import FakeJudgeServer, Fault
 
 SCALAR: dict[str, Any] = {
@@ -44,19 +45,10 @@ SCORE_SCHEMA = {
 }
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     """The process's breakers, fresh and on a fake clock, for this test."""
-    fake = FakeClock()
-    monkeypatch.setattr(judge_module, "BREAKERS", Breakers(clock=fake))
+    fake = breakers_on_fake_clock(monkeypatch)
     return fake
 
 
