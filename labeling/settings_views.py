@@ -1,6 +1,8 @@
 """The project settings page (admins) and creating a project; the rules and the change record
 live in labeling/project_settings.py."""
 
+from collections.abc import Callable
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
@@ -78,18 +80,17 @@ def dimension_add_view(request: HttpRequest, slug: str) -> HttpResponse:
     if not form.is_valid():
         messages.error(request, "A dimension needs a name of at most 100 characters.")
         return redirect("project-settings", slug=slug)
-    try:
+
+    def add() -> str:
         dimension = dimension_add(
             project=access.project,
             user=request.user,
             name=form.cleaned_data["name"],
             description=form.cleaned_data["description"],
         )
-    except SettingsRefused as exc:
-        messages.error(request, str(exc).capitalize() + ".")
-    else:
-        messages.success(request, f"Dimension {dimension.name} added.")
-    return redirect("project-settings", slug=slug)
+        return f"Dimension {dimension.name} added."
+
+    return _settings_change(request, slug, add)
 
 
 @require_POST
@@ -119,20 +120,17 @@ def member_add_view(request: HttpRequest, slug: str) -> HttpResponse:
     if not form.is_valid():
         messages.error(request, "Give a username or email and a role.")
         return redirect("project-settings", slug=slug)
-    try:
+
+    def add() -> str:
         membership = member_add(
             project=access.project,
             user=request.user,
             who=form.cleaned_data["who"],
             role=form.cleaned_data["role"],
         )
-    except SettingsRefused as exc:
-        messages.error(request, str(exc).capitalize() + ".")
-    else:
-        messages.success(
-            request, f"{membership.user.username} added as {membership.get_role_display()}."
-        )
-    return redirect("project-settings", slug=slug)
+        return f"{membership.user.username} added as {membership.get_role_display()}."
+
+    return _settings_change(request, slug, add)
 
 
 @require_POST
@@ -144,19 +142,35 @@ def member_update_view(request: HttpRequest, slug: str, membership_id: int) -> H
         pk=membership_id,
         project=access.project,
     )
-    try:
+
+    def update() -> str:
+        name = membership.user.username
         if request.POST.get("action") == "remove":
             member_remove(membership=membership, user=request.user)
-            messages.success(request, f"{membership.user.username} removed from the project.")
-        elif member_role_set(
-            membership=membership, user=request.user, role=request.POST.get("role", "")
-        ):
-            messages.success(
-                request, f"{membership.user.username} is now {membership.get_role_display()}."
-            )
+            return f"{name} removed from the project."
+        role = request.POST.get("role", "")
+        if member_role_set(membership=membership, user=request.user, role=role):
+            return f"{name} is now {membership.get_role_display()}."
+        return ""
+
+    return _settings_change(request, slug, update)
+
+
+def _settings_change(request: HttpRequest, slug: str, change: Callable[[], str]) -> HttpResponse:
+    """Make a change and say how it went on the settings page: its success message (none
+    when nothing changed), or the reason it was refused."""
+    try:
+        done = change()
     except SettingsRefused as exc:
-        messages.error(request, str(exc).capitalize() + ".")
+        messages.error(request, _sentence(exc))
+    else:
+        if done:
+            messages.success(request, done)
     return redirect("project-settings", slug=slug)
+
+
+def _sentence(exc: Exception) -> str:
+    return str(exc).capitalize() + "."
 
 
 @require_http_methods(["GET", "POST"])
@@ -169,7 +183,7 @@ def project_new(request: HttpRequest) -> HttpResponse:
                 user=request.user, name=form.cleaned_data["name"], slug=form.cleaned_data["slug"]
             )
         except SettingsRefused as exc:
-            form.add_error(None, str(exc).capitalize() + ".")
+            form.add_error(None, _sentence(exc))
         else:
             messages.success(
                 request,
