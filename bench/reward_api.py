@@ -20,10 +20,13 @@ loop takes on this host, to compare runs across hosts; on Linux also the CPU the
 PostgreSQL, the fake judge and this client spent per request, and the host's steal share,
 which on a shared machine move the percentiles as much as our code does.
 
-`--capture RATE` sets the project's capture rate (graders/capture.py): that share of the
-groups graded is stored as captured rollouts once each answer is sent. Run it at 0 and at the
-rate to compare; the target is a p99 overhead at 0.05 within 1 ms of capture off. The run
-ends with how many groups were drawn and kept.
+`--capture RATE` compares capture off and on in one run: the load alternates, in blocks of
+CAPTURE_BLOCK_S seconds, between a token whose capture rate is 0 and one whose rate is RATE
+(graders/capture.py: that share of the groups graded is stored as captured rollouts once each
+answer is sent), so both arms see the same host, and drift or a noisy neighbour moves both.
+It prints p50 and p99 overhead of each arm and the p99 difference against the 1 ms target
+(capture at 0.05 within 1 ms of capture off), then how many groups were drawn and kept. Give
+it a minute or more (--seconds 60): each arm's p99 rests on its own slowest 1%.
 
 `--dead-judge` points the project's judge at a port that refuses connections: the first
 requests open the endpoint's circuit breaker (graders/engine/breaker.py, its default policy
@@ -56,6 +59,10 @@ from bench.judge_throughput import JudgeServerProcess  # noqa: E402
 
 TARGET_P99_OVERHEAD_MS = 10.0
 TARGET_DEAD_JUDGE_P99_MS = 100.0
+TARGET_CAPTURE_P99_DELTA_MS = 1.0
+# --capture: the arms take turns in blocks this long, so that capture work an "on" block
+# leaves in the background spills into at most the start of the next "off" block.
+CAPTURE_BLOCK_S = 5.0
 # In every failed grade of a dead judge's answer once the breaker is open.
 UNREACHABLE = b"unreachable"
 WARMUP_REQUESTS = 40
@@ -101,9 +108,15 @@ def setup(judge_url: str, tasks: int, capture_rate: float) -> dict[str, Any]:
     grader = metagrader_register(
         project=project, program=baseline_program("scalar").to_json(), origin="baseline"
     )
-    _, raw = token_create(project=project, name="bench", scopes=["reward"], rate_per_minute=100_000)
+    tokens = {}
+    # The "off" arm's token says 0 itself; the "on" arm's inherits the project's rate.
+    for arm, rate in (("off", 0.0), ("on", None)):
+        _, tokens[arm] = token_create(
+            project=project, name=f"bench {arm}", scopes=["reward"], rate_per_minute=100_000,
+            capture_rate=rate,
+        )  # fmt: skip
     ids = [f"deal-{number}" for number in range(1, tasks + 1)]
-    return {"slug": project.slug, "grader": grader.pk, "tasks": ids, "token": raw}
+    return {"slug": project.slug, "grader": grader.pk, "tasks": ids, "tokens": tokens}
 
 
 def server_start(
@@ -166,11 +179,14 @@ async def load(
     responses: int,
     first: int,
     endpoint: str,
+    block: int = 0,
 ) -> tuple[list[float], list[int], float, int]:
     """Send `count` requests open loop at `rate` per second; latencies in seconds from each
     request's scheduled start, the status codes, the seconds from first send to last
-    answer, and how many answers said the judge is unreachable."""
-    headers = {"Authorization": f"Bearer {target['token']}"}
+    answer, and how many answers said the judge is unreachable. With `block`, requests take
+    turns in blocks of that many between the "off" and "on" tokens (arm_of), else all go
+    with "off"."""
+    headers = {arm: {"Authorization": f"Bearer {raw}"} for arm, raw in target["tokens"].items()}
     latencies: list[float] = [0.0] * count
     statuses: list[int] = [0] * count
     unreachable = 0
@@ -187,7 +203,8 @@ async def load(
             payload = body(target, first + index, responses, endpoint)
             nonlocal unreachable
             try:
-                async with session.post(url, json=payload, headers=headers) as response:
+                arm = arm_of(index, block)
+                async with session.post(url, json=payload, headers=headers[arm]) as response:
                     answer = await response.read()  # before +=, which would read the
                     unreachable += UNREACHABLE in answer  # count from before the await
                     statuses[index] = response.status
@@ -200,8 +217,15 @@ async def load(
     return latencies, statuses, elapsed, unreachable
 
 
+def arm_of(index: int, block: int) -> str:
+    """The arm request `index` belongs to: "off" throughout without blocks, else blocks of
+    `block` requests in turn, "off" first."""
+    return "on" if block and (index // block) % 2 else "off"
+
+
 def capture_summary(rate: float, answered: int) -> str:
-    """What capture stored during the run (warm-up included), read once the server is gone."""
+    """What capture stored of the `answered` groups sent with the "on" token (warm-up
+    included), read once the server is gone."""
     from graders.models import CapturedGroup, CaptureReservoir
 
     if rate == 0:
@@ -209,7 +233,8 @@ def capture_summary(rate: float, answered: int) -> str:
     drawn = sum(CaptureReservoir.objects.values_list("groups_seen", flat=True))
     kept = CapturedGroup.objects.count()
     return (
-        f"rate {rate:g}: {drawn} of {answered} groups drawn ({drawn / answered:.3f}), "
+        f"rate {rate:g}: {drawn} of the {answered} groups sent with it drawn "
+        f"({drawn / max(answered, 1):.3f}), "
         f"{kept} kept in the reservoirs"
     )
 
@@ -286,12 +311,14 @@ def main() -> None:
                 responses=args.responses,
                 first=10**6,
                 endpoint=args.endpoint,
+                block=WARMUP_REQUESTS // 2 if args.capture else 0,
             )
             _, warm, _, _ = asyncio.run(warmup)
             if set(warm) != {200}:
                 raise SystemExit(f"warm-up requests failed: statuses {sorted(set(warm))}")
             calls_before = judge.stats()["calls"]
             count = round(args.rate * args.seconds)
+            block = round(args.rate * CAPTURE_BLOCK_S) if args.capture else 0
             meter = CpuMeter() if cpu_meter.available() else None
             if meter is not None:
                 roots = {"server": server.pid}
@@ -308,6 +335,7 @@ def main() -> None:
                     responses=args.responses,
                     first=0,
                     endpoint=args.endpoint,
+                    block=block,
                 )
             )
             usage = meter.stop() if meter is not None else None
@@ -321,6 +349,10 @@ def main() -> None:
         raise SystemExit(f"every request failed: statuses {sorted(set(statuses))}; log: {log}")
     overheads_ms = [(latency - latency_s) * 1000 for latency in ok]
     p50, p99 = percentile(overheads_ms, 0.50), percentile(overheads_ms, 0.99)
+    arms: dict[str, list[float]] = {}
+    for index, (latency, status) in enumerate(zip(latencies, statuses, strict=True)):
+        if status == 200:
+            arms.setdefault(arm_of(index, block), []).append((latency - latency_s) * 1000)
     judge_calls = judge_stats["calls"] - calls_before
     persistent = f"kept {args.conn_max_age} s" if args.conn_max_age else "one per request"
     served = (
@@ -350,7 +382,21 @@ def main() -> None:
           f"(offered {args.rate:g}/s)")  # fmt: skip
     print(f"ratio:      p99 overhead / {TARGET_P99_OVERHEAD_MS:g} ms = "
           f"{p99 / TARGET_P99_OVERHEAD_MS:.2f} (target <= 1)")  # fmt: skip
-    print(f"capture:    {capture_summary(args.capture, len(ok) + WARMUP_REQUESTS)}")
+    if block:
+        print(
+            "capture:    "
+            + "; ".join(
+                f"{arm} p50 {percentile(values, 0.5):.1f} ms, p99 {percentile(values, 0.99):.1f} "
+                f"ms ({len(values)} requests)"
+                for arm, values in sorted(arms.items(), key=lambda item: item[0] != "off")
+            )
+            + f"; blocks of {CAPTURE_BLOCK_S:g} s in turn"
+        )
+        delta = percentile(arms.get("on", [0.0]), 0.99) - percentile(arms.get("off", [0.0]), 0.99)
+        print(f"ratio:      p99 on - off = {delta:+.1f} ms / {TARGET_CAPTURE_P99_DELTA_MS:g} ms = "
+              f"{delta / TARGET_CAPTURE_P99_DELTA_MS:.2f} (target <= 1)")  # fmt: skip
+    sent_on = len(arms.get("on", [])) + (WARMUP_REQUESTS // 2 if block else 0)
+    print(f"capture:    {capture_summary(args.capture, sent_on)}")
     if args.dead_judge:
         print(
             f"dead judge: {unreachable} of {len(ok)} answers failed with the breaker's reason; "
