@@ -20,7 +20,8 @@ loop takes on this host, to compare runs across hosts; on Linux also the CPU the
 PostgreSQL, the fake judge and this client spent per request, and the host's steal share,
 which on a shared machine move the percentiles as much as our code does.
 
-`--capture RATE` compares capture off and on in one run: the load alternates, in blocks of
+`--capture RATE` compares capture off and on in one run, with a Celery worker on Redis storing
+the drawn groups as production does: the load alternates, in blocks of
 CAPTURE_BLOCK_S seconds, between a token whose capture rate is 0 and one whose rate is RATE
 (graders/capture.py: that share of the groups graded is stored as captured rollouts once each
 answer is sent), so both arms see the same host, and drift or a noisy neighbour moves both.
@@ -119,10 +120,9 @@ def setup(judge_url: str, tasks: int, capture_rate: float) -> dict[str, Any]:
     return {"slug": project.slug, "grader": grader.pk, "tasks": ids, "tokens": tokens}
 
 
-def server_start(
-    port: int, log: Path, conn_max_age: int, server_kind: str, judge_url: str
-) -> subprocess.Popen[bytes]:
-    env = dict(
+def server_environment(conn_max_age: int, judge_url: str) -> dict[str, str]:
+    """What the server and the capture worker run with."""
+    return dict(
         os.environ,
         # The fake judge is on loopback: allowed exactly, as `make run` allows its own.
         JUDGE_PRIVATE_HOSTS=urlsplit(judge_url).netloc,
@@ -132,7 +132,15 @@ def server_start(
         CONN_MAX_AGE=str(conn_max_age),
         # gunicorn.conf.py starts several processes only with a shared cache for rate limits.
         CACHE_URL=os.environ.get("CACHE_URL", "redis://127.0.0.1:6379/14"),
+        # Captured groups go to a worker through the production broker.
+        CELERY_BROKER_URL=os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/12"),
+        CELERY_TASK_DEFAULT_QUEUE="reward-api-bench",
     )
+
+
+def server_start(
+    port: int, log: Path, env: dict[str, str], server_kind: str
+) -> subprocess.Popen[bytes]:
     if server_kind == "gunicorn":
         # The production command of the README (gunicorn.conf.py: gthread, a process per core).
         command = [sys.executable, "-m", "gunicorn", "-b", f"127.0.0.1:{port}"]
@@ -152,6 +160,36 @@ def server_start(
             time.sleep(0.2)
     server.kill()
     raise SystemExit("the server did not start within 60 s")
+
+
+def capture_worker_start(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    command = [
+        sys.executable, "-m", "celery", "-A", "config", "worker", "-Q",
+        env["CELERY_TASK_DEFAULT_QUEUE"], "--pool=solo", "--loglevel=WARNING", "--purge",
+        "--without-heartbeat", "--without-mingle", "--without-gossip",
+    ]  # fmt: skip
+    worker_log = log.with_suffix(".worker.log")
+    return subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=worker_log.open("wb"),
+    )  # fmt: skip
+
+
+def capture_drained(quiet_s: float = 3.0, limit_s: float = 120.0) -> None:
+    """Wait until the worker has stored what the run sent: no reservoir moved for `quiet_s`."""
+    from django.db import connection
+    from django.db.models import Sum
+
+    from graders.models import CaptureReservoir
+
+    deadline, last, since = time.monotonic() + limit_s, None, time.monotonic()
+    while time.monotonic() < deadline:
+        seen = CaptureReservoir.objects.aggregate(seen=Sum("groups_seen"))["seen"]
+        if seen != last:
+            last, since = seen, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            break
+        time.sleep(0.5)
+    connection.close()
 
 
 def body(target: dict[str, Any], index: int, responses: int, endpoint: str) -> dict[str, Any]:
@@ -294,7 +332,10 @@ def main() -> None:
         connection.close()  # the server process has the database to itself
         port = free_port()
         log = Path(tempfile.gettempdir()) / f"reward-api-bench-{port}.log"
-        server = server_start(port, log, args.conn_max_age, args.server, judge_url)
+        env = server_environment(args.conn_max_age, judge_url)
+        server = server_start(port, log, env, args.server)
+        # The worker that stores captured groups (graders/capture.py capture_send).
+        worker = capture_worker_start(env, log) if args.capture else None
         grader_url = f"http://127.0.0.1:{port}/api/p/{target['slug']}/graders/{target['grader']}"
         url = f"{grader_url}/{args.endpoint}"
         try:
@@ -322,6 +363,8 @@ def main() -> None:
             meter = CpuMeter() if cpu_meter.available() else None
             if meter is not None:
                 roots = {"server": server.pid}
+                if worker is not None:
+                    roots["capture worker"] = worker.pid
                 postmaster = cpu_meter.postgres_root() if vendor == "postgresql" else None
                 if postmaster is not None:
                     roots["PostgreSQL"] = postmaster
@@ -343,6 +386,10 @@ def main() -> None:
         finally:
             server.terminate()
             server.wait(timeout=20)
+            if worker is not None:
+                capture_drained()
+                worker.terminate()
+                worker.wait(timeout=20)
     ok = [latency for latency, status in zip(latencies, statuses, strict=True) if status == 200]
     failed = len(statuses) - len(ok)
     if not ok:

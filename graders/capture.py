@@ -7,8 +7,9 @@ produces.
 - Sampled at a rate per token (ApiToken.capture_rate, else Project.capture_rate; 0 is off).
   The draw is one random number per group, made while the request is served; the drawn
   group is handed, once the answer is sent (RecordedResponse in graders/reward_api.py), to
-  the process's CaptureWriter thread, which stores it. So capture neither slows nor fails a
-  reward answer, nor the next request on the same connection.
+  the process's CaptureWriter thread, which sends it to a Celery worker that stores it. So
+  capture neither slows nor fails a reward answer, nor the next request on the same
+  connection, and its queries cost the web process nothing.
 - Capped per task at CAPTURE_GROUPS_PER_TASK groups by reservoir sampling (Algorithm R): the
   n-th group offered to a full reservoir takes a random slot with probability K/n, so every
   group of a long run has the same chance to be kept whenever it came. The group it pushes
@@ -39,7 +40,7 @@ from functools import partial
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 
 from graders.engine.capture_client import capture_task_id, response_content_hash
@@ -168,19 +169,16 @@ def reward_capture(
 ) -> Callable[[], None] | None:
     """What to do for a reward request (validated RewardIn data and its rewards) once its
     answer is sent, or None when its group is not drawn. The request pays for the draw
-    only: the group is built and stored by the CaptureWriter (capture_submit)."""
+    only: the group is built and handed on by the CaptureWriter (capture_submit)."""
     if not _drawn(capture_rate(token), rng):
         return None
     origin = CaptureOrigin(token.project, CaptureSource.REWARD, token, metagrader)
-    return partial(capture_submit, partial(_reward_group_store, data, tuple(rewards), origin, rng))
+    return partial(capture_submit, partial(_reward_groups, data, tuple(rewards)), origin)
 
 
-def _reward_group_store(
-    data: Mapping[str, Any],
-    rewards: tuple[float | None, ...],
-    origin: CaptureOrigin,
-    rng: random.Random,
-) -> CaptureReport:
+def _reward_groups(
+    data: Mapping[str, Any], rewards: tuple[float | None, ...]
+) -> list[CaptureGroup]:
     if "task_id" in data:
         task = CaptureTask(stored_id=data["task_id"], prompt="")
     else:
@@ -192,8 +190,7 @@ def _reward_group_store(
             documents=_documents(given["documents"]),
         )
     responses = tuple(_response_input(i, item) for i, item in enumerate(data["responses"]))
-    group = CaptureGroup(task, responses, rewards, data.get("run", ""), data.get("step"))
-    return capture_store(groups=[group], origin=origin, rng=rng)
+    return [CaptureGroup(task, responses, rewards, data.get("run", ""), data.get("step"))]
 
 
 def get_reward_capture(
@@ -217,18 +214,12 @@ def get_reward_capture(
     if not drawn:
         return None
     origin = CaptureOrigin(token.project, CaptureSource.GET_REWARD, token, metagrader)
-    return partial(
-        capture_submit, partial(_get_reward_groups_store, data, payload, drawn, origin, rng)
-    )
+    return partial(capture_submit, partial(_get_reward_groups, data, payload, drawn), origin)
 
 
-def _get_reward_groups_store(
-    data: Mapping[str, Any],
-    payload: Mapping[str, Any],
-    drawn: Sequence[Sequence[int]],
-    origin: CaptureOrigin,
-    rng: random.Random,
-) -> CaptureReport:
+def _get_reward_groups(
+    data: Mapping[str, Any], payload: Mapping[str, Any], drawn: Sequence[Sequence[int]]
+) -> list[CaptureGroup]:
     failed = payload["extra_logs"]["grader_failed"]
     groups = []
     for rows in drawn:
@@ -245,7 +236,7 @@ def _get_reward_groups_store(
                 data.get("step"),
             )
         )
-    return capture_store(groups=groups, origin=origin, rng=rng)
+    return groups
 
 
 def _documents(documents: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, str, str], ...]:
@@ -274,7 +265,8 @@ def _label_task(prompt: str, label: Any) -> CaptureTask:
 
 
 class CaptureWriter:
-    """The thread that stores this process's drawn groups, fed by a bounded queue.
+    """The thread that hands this process's drawn groups to a worker (capture_send), fed by a
+    bounded queue.
 
     Storing in the request's thread, even after its answer is sent, held the connection:
     gunicorn reads the next request of a keep-alive connection only once close() returns, so
@@ -319,8 +311,6 @@ class CaptureWriter:
     def _work(self) -> None:
         while True:
             job = self.queue.get()
-            # This thread's own connection, kept as a request's would be (CONN_MAX_AGE).
-            close_old_connections()
             try:
                 job()
             except Exception:
@@ -328,17 +318,112 @@ class CaptureWriter:
                     self.failed += 1
                 _log.exception("capturing a reward request's groups failed")
             finally:
-                close_old_connections()
                 self.queue.task_done()
 
 
-def capture_submit(job: Callable[[], object]) -> None:
-    """Run `job` on the CaptureWriter, or at once when CAPTURE_QUEUE_SIZE is 0 (tests, and
-    servers that would rather wait than drop)."""
+def capture_submit(build: Callable[[], Sequence[CaptureGroup]], origin: CaptureOrigin) -> None:
+    """Store the groups `build` makes: at once when CAPTURE_QUEUE_SIZE is 0 (tests, and
+    servers that would rather wait than drop), else through the CaptureWriter, which builds
+    them and sends them to a worker (capture_send)."""
     if capture_queue_size() == 0:
-        job()
+        capture_store(groups=build(), origin=origin)
     else:
-        CaptureWriter.get().submit(job)
+        CaptureWriter.get().submit(partial(capture_send, build, origin))
+
+
+CAPTURE_TASK = "graders.tasks.capture_groups_task"
+
+
+def capture_send(build: Callable[[], Sequence[CaptureGroup]], origin: CaptureOrigin) -> None:
+    """Hand the groups to a Celery worker, which stores them (capture_groups_store), so that
+    the web process spends no CPU on a capture's queries: in a web process they shared its
+    interpreter with the requests it serves (bench/reward_api.py --capture). No retry: with
+    the broker away the writer thread logs the failure and the group is lost, as a sample may
+    be; the writer's bounded queue drops what arrives meanwhile."""
+    from config.celery import app
+
+    groups = [group_json(group) for group in build()]
+    app.send_task(CAPTURE_TASK, args=(groups, origin_json(origin)), retry=False)
+
+
+def group_json(group: CaptureGroup) -> dict[str, Any]:
+    """A group as a Celery message carries it (JSON); group_parse reads it back."""
+    return {
+        "task": {
+            "stored_id": group.task.stored_id,
+            "prompt": group.task.prompt,
+            "instructions": group.task.instructions,
+            "documents": [list(document) for document in group.task.documents],
+        },
+        "responses": [
+            {
+                "id": response.id,
+                "text": response.text,
+                "messages": None if response.messages is None else list(response.messages),
+            }
+            for response in group.responses
+        ],
+        "rewards": list(group.rewards),
+        "run": group.run,
+        "step": group.step,
+    }
+
+
+def group_parse(data: Mapping[str, Any]) -> CaptureGroup:
+    task = data["task"]
+    return CaptureGroup(
+        CaptureTask(
+            stored_id=task["stored_id"],
+            prompt=task["prompt"],
+            instructions=task["instructions"],
+            documents=tuple((str(i), str(t), str(x)) for i, t, x in task["documents"]),
+        ),
+        tuple(
+            ResponseInput(
+                response["id"],
+                response["text"],
+                None if response["messages"] is None else tuple(response["messages"]),
+            )
+            for response in data["responses"]
+        ),
+        tuple(data["rewards"]),
+        data["run"],
+        data["step"],
+    )
+
+
+def origin_json(origin: CaptureOrigin) -> dict[str, Any]:
+    return {
+        "project": origin.project.pk,
+        "source": origin.source,
+        "token": None if origin.token is None else origin.token.pk,
+        "metagrader": None if origin.metagrader is None else origin.metagrader.pk,
+    }
+
+
+def capture_groups_store(
+    groups: Sequence[Mapping[str, Any]], origin: Mapping[str, Any]
+) -> dict[str, int]:
+    """The worker's side of capture_send: store the groups; what was stored, as the bulk
+    endpoint reports it. A group whose project is gone by now is dropped; a token or grader
+    deleted meanwhile leaves the group without it, as deleting one later would."""
+    project = Project.objects.filter(pk=origin["project"]).first()
+    if project is None:
+        _log.warning(
+            "capture: project %s is gone; %d groups dropped", origin["project"], len(groups)
+        )
+        return CaptureReport().as_json()
+    stored_origin = CaptureOrigin(
+        project,
+        origin["source"],
+        ApiToken.objects.filter(pk=origin["token"], project=project).first()
+        if origin["token"] is not None
+        else None,
+        Metagrader.objects.filter(pk=origin["metagrader"], project=project).defer("program").first()
+        if origin["metagrader"] is not None
+        else None,
+    )
+    return capture_store(groups=[group_parse(g) for g in groups], origin=stored_origin).as_json()
 
 
 def capture_store(

@@ -6,6 +6,7 @@ from typing import Any
 from celery import shared_task
 from celery.signals import worker_ready
 
+from graders.capture import capture_groups_store
 from graders.grading import grading_run_execute
 from graders.research import ResearchInvalid, research_on_drift
 from graders.search import search_run_execute
@@ -53,6 +54,13 @@ def research_watch_task(project_id: int) -> dict[str, Any]:
         "graders": {str(d.grader.pk): d.reason for d in decisions},
         "started": [d.search.pk for d in decisions if d.search is not None],
     }
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True, time_limit=600)
+def capture_groups_task(groups: list[dict[str, Any]], origin: dict[str, Any]) -> dict[str, int]:
+    """Store captured groups a web process sent (graders/capture.py capture_send). A second
+    delivery stores no response twice: capture deduplicates by content."""
+    return capture_groups_store(groups, origin)
 
 
 @worker_ready.connect

@@ -164,7 +164,9 @@ def celery_workers(request: Any, transactional_db: Any, tmp_path: Path) -> Itera
         app.conf.broker_url, app.conf.task_default_queue, app.conf.broker_transport_options = (
             previous
         )
-        app.close()
+        # Not app.close(): it also takes the app off Celery's list of live apps, so a
+        # shared_task imported by a later test (labeling.tasks, say) was never registered.
+        _broker_pools_reset(app)
         workers.stop_all()
 
 

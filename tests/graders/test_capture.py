@@ -5,6 +5,7 @@ where a captured response came from. Requests go through the real API to the fak
 import json
 import logging
 import random
+import socket
 import threading
 from collections import Counter
 from pathlib import Path
@@ -26,6 +27,8 @@ from graders.capture import (
     CaptureWriter,
     capture_store,
     get_reward_capture,
+    group_json,
+    group_parse,
     reservoir_slot,
     reward_capture,
 )
@@ -55,6 +58,7 @@ from labeling.models import (
 )
 from labeling.queue import queue_build
 from labeling.strategies import CoverageFirst
+from tests.conftest import CeleryWorkers, _broker_pools_reset, wait_for
 from tests.fakes.openai_server import FakeJudgeServer
 from tests.graders.test_reward_api import grader_of, quality_responder
 from tests.labeling.helpers import write_jsonl
@@ -503,25 +507,87 @@ def test_a_full_writer_drops_and_counts_instead_of_blocking(
     assert done == ["slow", "queued"]
 
 
-@pytest.mark.django_db(transaction=True)
-def test_the_writer_stores_drawn_groups_off_the_request_thread(
-    settings: Any, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.worker
+def test_the_writer_hands_drawn_groups_to_a_worker_which_stores_them(
+    settings: Any, monkeypatch: pytest.MonkeyPatch, celery_workers: CeleryWorkers
 ) -> None:
+    """The web process only sends the group: the worker (its own process, a real broker)
+    stores it."""
     settings.CAPTURE_QUEUE_SIZE = 4
     monkeypatch.setattr(CaptureWriter, "_current", None)  # a writer of this size, this test's
     project = Project.objects.create(slug="acme", name="Acme", capture_rate=1.0)
     Task.objects.create(project=project, external_id="t0", prompt="Review contract 0")
     token = token_create(project=project, name="t", scopes=["reward"])[0]
+    celery_workers.start()
     store = reward_capture(
         token=token,
         metagrader=None,
         data=group_body(["GOOD", "POOR"], step=5),
-        rewards=[0.9, 0.1],  # type: ignore[arg-type]
+        rewards=[0.9, None],  # type: ignore[arg-type]
     )
     assert store is not None
     store()
     writer = CaptureWriter.get()
     writer.queue.join()
     assert (writer.dropped, writer.failed) == (0, 0)
+    assert wait_for(CapturedGroup.objects.exists, timeout=60), "no worker stored the group"
     group = CapturedGroup.objects.get()
-    assert group.step == 5 and [m.reward for m in group.members.all()] == [0.9, 0.1]
+    assert (group.step, group.token_id, group.source) == (5, token.pk, CaptureSource.REWARD)
+    members = group.members.order_by("position")
+    assert [(m.position, m.reward) for m in members] == [(0, 0.9), (1, None)]
+    assert [m.response.content for m in members] == ["GOOD answer", "POOR answer"]
+
+
+def test_with_the_broker_away_a_drawn_group_is_logged_and_lost_without_holding_anyone(
+    settings: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from config.celery import app
+
+    settings.CAPTURE_QUEUE_SIZE = 4
+    monkeypatch.setattr(CaptureWriter, "_current", None)
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    port = dead.getsockname()[1]
+    dead.close()  # a port that refuses connections
+    previous = (app.conf.broker_url, app.conf.broker_transport_options)
+    app.conf.broker_url = f"redis://127.0.0.1:{port}/0"
+    app.conf.broker_transport_options = {}
+    _broker_pools_reset(app)
+    try:
+        project = Project.objects.create(slug="acme", name="Acme", capture_rate=1.0)
+        token = token_create(project=project, name="t", scopes=["reward"])[0]
+        store = reward_capture(
+            token=token, metagrader=None, data=group_body(["GOOD", "POOR"]), rewards=[0.9, 0.1]
+        )  # type: ignore[arg-type]
+        assert store is not None
+        store()  # what the answer's close() runs: it raises nothing
+        writer = CaptureWriter.get()
+        writer.queue.join()
+        assert writer.failed == 1 and "capturing a reward request's groups failed" in caplog.text
+    finally:
+        app.conf.broker_url, app.conf.broker_transport_options = previous
+        _broker_pools_reset(app)
+    assert not CapturedGroup.objects.exists()
+
+
+def test_a_group_reads_back_from_its_message_as_it_was_sent() -> None:
+    trajectory = (
+        {"role": "user", "content": "Book it."},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"name": "book", "arguments": {"n": 2}}],
+        },
+        {"role": "tool", "content": "booked", "tool_call_id": "c1"},
+    )
+    group = CaptureGroup(
+        CaptureTask(stored_id=None, prompt="<p>", instructions="be brief",
+                    documents=(("d1", "SPA", "Clause 4"),)),
+        (ResponseInput("0", "plain"), ResponseInput("1", "", trajectory)),
+        (0.25, None),
+        "grpo-1",
+        7,
+    )  # fmt: skip
+    message = json.loads(json.dumps(group_json(group)))  # what the broker carries
+    assert group_parse(message) == group
+    assert group_parse(group_json(CaptureGroup(CaptureTask("t0", ""), (), ()))).step is None
