@@ -213,8 +213,8 @@ REWARD_API_MAX_BYTES = int(os.environ.get("REWARD_API_MAX_BYTES", 2 * 1024 * 102
 CAPTURE_GROUPS_PER_TASK = int(os.environ.get("CAPTURE_GROUPS_PER_TASK", 16))
 CAPTURE_MAX_BYTES = int(os.environ.get("CAPTURE_MAX_BYTES", 16 * 1024 * 1024))
 # Drawn groups waiting for the web process's capture thread, which sends them to a worker to
-# store; past it they are dropped. 0 stores
-# them in the request's thread once its answer is sent.
+# store; past it they are dropped. 0 stores them in the request's thread once its answer is
+# sent.
 CAPTURE_QUEUE_SIZE = int(os.environ.get("CAPTURE_QUEUE_SIZE", 256))
 IMPORT_INLINE_MAX_BYTES = int(os.environ.get("IMPORT_INLINE_MAX_BYTES", 2 * 1024 * 1024))
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("DATA_UPLOAD_MAX_MEMORY_SIZE", 2 * 1024 * 1024))
