@@ -135,3 +135,10 @@ def test_stacked_bars_scale_to_the_longest_bar_skip_empty_segments_and_escape() 
     assert '<rect class="bar s0" x="96.0" y="44" width="173.3"' in svg
     assert svg.count('<rect class="bar s1"') == 2  # retry 1 has no j1 segment
     assert "<i>" not in svg and "&lt;i&gt;j1&lt;/i&gt;" in svg
+
+
+def test_the_curve_legend_speaks_plainly_with_the_paper_s_term_as_its_hint() -> None:
+    svg = str(curve_svg([point(0, 0.6, 0.55)]))
+    assert '<text class="legend"' in svg and ">D_selection (proposer saw)<" not in svg
+    assert ">Selection tasks (proposer saw)<title>D_selection</title></text>" in svg
+    assert ">Held-out tasks<title>D_eval</title></text>" in svg
