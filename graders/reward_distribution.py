@@ -14,6 +14,7 @@ scale of at most MAX_INTEGER_BINS values gets one bin per value, any other bound
 equal bins, and a program that leaves its reward unbounded is binned on 0..1 with the rewards
 outside that scale counted apart."""
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,7 +93,7 @@ class Bins:
         edges = [self.low + index * self.step for index in range(self.count + 1)]
         return [
             f"{_number(start)} to {'' if index == self.count - 1 else 'under '}{_number(end)}"
-            for index, (start, end) in enumerate(zip(edges, edges[1:], strict=False))
+            for index, (start, end) in enumerate(itertools.pairwise(edges))
         ]
 
     def ticks(self) -> list[tuple[float, str]]:

@@ -230,11 +230,11 @@ def histogram_svg(
             x_label,
         )
     )
-    for position, text in ticks:
+    for at, text in ticks:
         parts.append(
             format_html(
                 '<text class="tick" x="{}" y="{}" text-anchor="middle">{}</text>',
-                n(HIST_LEFT + position * bin_w),
+                n(HIST_LEFT + at * bin_w),
                 bottom + 16,
                 text,
             )

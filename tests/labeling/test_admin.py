@@ -25,6 +25,8 @@ def test_notifications_are_listed_read_only_and_cannot_be_added() -> None:
     change_url = reverse("admin:labeling_notification_change", args=[note.pk])
     page = client.get(change_url).content.decode()
     assert 'name="text"' not in page and 'name="read_at_0"' in page
-    client.post(change_url, {"text": "rewritten", "read_at_0": "2026-12-01", "read_at_1": "10:00:00"})
+    client.post(
+        change_url, {"text": "rewritten", "read_at_0": "2026-12-01", "read_at_1": "10:00:00"}
+    )
     note.refresh_from_db()
     assert note.text == "Import <b>finished</b>." and note.read_at is not None
