@@ -1,8 +1,8 @@
 """How a grader's rewards are spread (issue 18): a histogram of the rewards it gave, one series
-per split of the graded tasks and one for the rewards it served in training (captured
-rollouts), each as shares so splits of different sizes compare; failed grades are counted
-apart. The bins are counted in the database in one statement, never by loading grades: a
-grader may have a million.
+per split (its runs', or the tasks' for a run on chosen tasks) and one for the rewards it
+served in training (captured rollouts), each as shares so splits of different sizes compare;
+failed grades are counted apart. The bins are counted in the database in one statement,
+never by loading grades: a grader may have a million.
 
 Bins follow the grader's kind. A pairwise grader's reward is a response's win rate in its
 group (ties half a win), and that is what is binned, not the margins of single comparisons:
@@ -193,26 +193,36 @@ class RewardSeries:
 
 
 def reward_distribution(*, grader: Metagrader) -> tuple[Bins, list[RewardSeries]]:
-    """The grader's bins and its series: one per split of the tasks its grades are on (in
-    the splits' order, a task's split as it is now), then the rewards captured rollouts were
-    given under it, if any. Every grade of every run counts, so a response graded by two runs
-    counts twice; the shares are what compares. One aggregate statement."""
+    """The grader's bins and its series: one per split (in the splits' order), then the
+    rewards captured rollouts were given under it, if any. A grade counts under its run's
+    split, the tasks the run was started on; a run on chosen tasks (no split) counts each
+    grade under its task's split. Every grade of every run counts, so a response graded by two
+    runs counts twice; the shares are what compares. One aggregate statement; the runs' split
+    spares most grades the join to their task (a million grades of one grader on PostgreSQL,
+    2 cores: 0.29-0.31 s, against 0.36-0.40 s with every grade joined to its task)."""
     bins = reward_bins(grader)
-    grades = (
-        Grade.objects.filter(run__metagrader=grader)
-        .order_by()
-        .values(series=F("response__task__split"), bin=bins.index_expression("reward"))
+    index = bins.index_expression("reward")
+    grades = Grade.objects.filter(run__metagrader=grader).order_by()
+    by_run = (
+        grades.exclude(run__split="")
+        .values(series=F("run__split"), bin=index)
+        .annotate(n=Count("pk"))
+    )
+    by_task = (
+        grades.filter(run__split="")
+        .values(series=F("response__task__split"), bin=index)
         .annotate(n=Count("pk"))
     )
     served = (
         CapturedResponse.objects.filter(group__metagrader=grader)
         .order_by()
-        .values(series=Value(SERVED), bin=bins.index_expression("reward"))
+        .values(series=Value(SERVED), bin=index)
         .annotate(n=Count("pk"))
     )
     found: dict[str, dict[int | None, int]] = {}
-    for row in grades.union(served, all=True):
-        found.setdefault(row["series"], {})[row["bin"]] = row["n"]
+    for row in by_run.union(by_task, served, all=True):
+        counted = found.setdefault(row["series"], {})
+        counted[row["bin"]] = counted.get(row["bin"], 0) + row["n"]
     order = [*SERIES_ORDER, SERVED]
     series = []
     for key in sorted(found, key=lambda k: order.index(k) if k in order else len(order)):

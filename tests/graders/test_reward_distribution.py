@@ -38,14 +38,18 @@ def grader_of(project: Project, kind: str = "scalar", output: str | None = None)
     return metagrader_register(project=project, program=program, origin="human")
 
 
-def graded(grader: Metagrader, split: str, rewards: list[float | None]) -> None:
-    """One run of the grader over a new task of `split` with one response per reward."""
+def graded(
+    grader: Metagrader, split: str, rewards: list[float | None], run_split: str | None = None
+) -> None:
+    """One run of the grader (on `run_split`, by default the task's) over a new task of
+    `split` with one response per reward."""
     project = grader.project
     endpoint, _ = JudgeEndpoint.objects.get_or_create(
         project=project, name="fake", base_url="http://127.0.0.1:9/v1", model="fake"
     )
     run = GradingRun.objects.create(
-        project=project, metagrader=grader, endpoint=endpoint, split=split,
+        project=project, metagrader=grader, endpoint=endpoint,
+        split=split if run_split is None else run_split,
         job=Job.objects.create(project=project, kind="grading"),
     )  # fmt: skip
     task = Task.objects.create(project=project, external_id=f"t{next(_ids)}", split=split)
@@ -136,6 +140,18 @@ def test_an_unbounded_reward_is_binned_on_0_to_1_with_the_rest_counted_apart(
     train = by_key(grader)["train"]
     assert train.outside == 2 and sum(train.counts) == 1 and train.rewarded == 3
     assert train.shares()[5] == pytest.approx(1 / 3)
+
+
+def test_a_grade_counts_under_its_run_s_split_or_on_chosen_tasks_under_its_task_s(
+    project: Project,
+) -> None:
+    grader = grader_of(project)
+    graded(grader, "eval", [0.1])
+    graded(grader, "eval", [0.1, 0.9], run_split="")  # a run on chosen tasks
+    graded(grader, "train", [0.5], run_split="selection")  # the task was re-split since
+    series = by_key(grader)
+    assert series["eval"].counts[1] == 2 and series["eval"].counts[9] == 1
+    assert series["selection"].counts[5] == 1 and "train" not in series
 
 
 def test_rewards_served_in_training_are_a_series_of_their_own(project: Project) -> None:
