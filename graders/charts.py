@@ -21,6 +21,7 @@ from labeling.charts import (
 )
 from labeling.charts import n as _n
 from labeling.charts import short as _short
+from labeling.templatetags.terms import TERMS
 
 Point = Mapping[str, Any]
 
@@ -34,12 +35,14 @@ LEFT, RIGHT, TOP, BOTTOM = 64, 24, 16, 72
 # Points keep this far from the plot's left and right edges, whiskers included.
 INSET = 16
 Y_TICKS = (0.0, 0.25, 0.5, 0.75, 1.0)
-# (curve key, legend text, horizontal nudge): the whiskers of one round sit side by side.
-# "untouched" is D_selection's part kept from the proposer, in curves of a rule with a split.
+# (curve key, legend text, hint, horizontal nudge): the whiskers of one round sit side by
+# side. The legend speaks plainly, as labeling/templatetags/terms.py does, with the paper's
+# name as the label's tooltip. "untouched" is D_selection's part kept from the proposer, in
+# curves of a rule with a split.
 SERIES = (
-    ("selection", "D_selection (proposer saw)", -3.0),
-    ("untouched", "D_selection, untouched", 0.0),
-    ("eval", "D_eval (held out)", 3.0),
+    ("selection", f"{TERMS['D_selection'].capitalize()} (proposer saw)", "D_selection", -3.0),
+    ("untouched", f"{TERMS['D_selection'].capitalize()}, untouched", "D_selection", 0.0),
+    ("eval", TERMS["D_eval"].capitalize(), "D_eval", 3.0),
 )
 LEGEND_STEP = 200
 
@@ -86,8 +89,9 @@ def curve_svg(curve: Sequence[Point]) -> SafeString:
             'role="img" aria-labelledby="curve-title curve-desc">'
             '<title id="curve-title">Search curve</title>'
             '<desc id="curve-desc">Tolerant ranking accuracy of the best candidate so far after '
-            "each round, on D_selection as the proposer was told it, on D_selection's untouched "
-            "part when the selection rule keeps one, and on D_eval, with 95% intervals. The "
+            "each round, on the selection tasks (D_selection) as the proposer was told it, on "
+            "their untouched part when the selection rule keeps one, and on the held-out tasks "
+            "(D_eval), with 95% intervals. The "
             "table below gives the same numbers.</desc>",
             WIDTH,
             HEIGHT,
@@ -98,7 +102,7 @@ def curve_svg(curve: Sequence[Point]) -> SafeString:
             x_label="Round",
             y_label="Tolerant ranking accuracy",
         ),
-        *(_series(curve, key, nudge, x_of, y_of) for key, _, nudge in shown),
+        *(_series(curve, key, nudge, x_of, y_of) for key, _, _, nudge in shown),
         _legend(shown),
         mark_safe("</svg>"),
     ]
@@ -274,19 +278,21 @@ def _polyline(key: str, segment: Sequence[str]) -> str:
     )
 
 
-def _legend(series: Sequence[tuple[str, str, float]]) -> SafeString:
+def _legend(series: Sequence[tuple[str, str, str, float]]) -> SafeString:
+    """A line sample and label per (key, label, hint, nudge); a hint is the label's tooltip."""
     y = HEIGHT - 16
     return format_html_join(
         "",
         '<line class="line {}" x1="{}" y1="{}" x2="{}" y2="{}"/>'
-        '<text class="legend" x="{}" y="{}">{}</text>',
+        '<text class="legend" x="{}" y="{}">{}{}</text>',
         (
-            (key, x, y - 4, x + 24, y - 4, x + 30, y, label)
-            for (key, label, _), x in zip(
+            (key, x, y - 4, x + 24, y - 4, x + 30, y, label,
+             format_html("<title>{}</title>", hint) if hint else "")
+            for (key, label, hint, _), x in zip(
                 series, range(LEFT, LEFT + LEGEND_STEP * len(series), LEGEND_STEP), strict=True
             )
         ),
-    )
+    )  # fmt: skip
 
 
 def scatter_svg(
@@ -432,7 +438,7 @@ DRIFT_LINES = (
     ("accuracy", "Fresh accuracy", "accuracy"),
     ("mean_reward", "Mean captured reward", "eval"),
 )
-DRIFT_SELECTION = ("untouched", "Accuracy at selection", 0.0)
+DRIFT_SELECTION = ("untouched", "Accuracy at selection", "", 0.0)
 
 
 def drift_svg(buckets: Sequence[Point], *, selection: float | None) -> SafeString:
@@ -508,7 +514,7 @@ def drift_svg(buckets: Sequence[Point], *, selection: float | None) -> SafeStrin
                 )
             )
         parts.append(_polyline(css, segment))
-    legend = [(css, label, 0.0) for _, label, css in DRIFT_LINES]
+    legend = [(css, label, "", 0.0) for _, label, css in DRIFT_LINES]
     parts.append(_legend(legend + ([DRIFT_SELECTION] if selection is not None else [])))
     parts.append(mark_safe("</svg>"))
     return mark_safe("".join(parts))

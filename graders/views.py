@@ -26,6 +26,7 @@ from graders.models import (
     Metagrader,
 )
 from graders.program_diff import program_diff, program_steps, reward_text
+from graders.reward_distribution import reward_distribution_panel
 from graders.selectors import program_lineage
 from graders.services import RunInvalid, grader_selected, grading_run_start
 from labeling.access import Perm, ProjectAccess, project_access
@@ -109,6 +110,7 @@ def program_page(request: HttpRequest, slug: str, grader_id: int) -> HttpRespons
         "diff": program_diff(grader.parent.program, grader.program) if grader.parent else [],
         **program_lineage(grader),
         **alias_panel(metagrader=grader),
+        **reward_distribution_panel(grader=grader),
         "drift_warnings": grader_drift_warnings(grader=grader),
     }
     return render(request, "graders/program.html", context)

@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.http import HttpRequest
 
 from labeling import models
 
@@ -41,3 +42,17 @@ for model in (
     models.JudgeScore,
 ):
     admin.site.register(model)
+
+
+@admin.register(models.Notification)
+class NotificationAdmin(admin.ModelAdmin):
+    """Read-mostly: labeling/notifications.py writes notifications where a job stops, so the
+    admin neither adds them nor edits what they say; it may mark one read or delete it."""
+
+    list_display = ["user", "text", "job", "created_at", "read_at"]
+    list_filter = ["read_at"]
+    search_fields = ["user__username", "text"]
+    readonly_fields = ["user", "job", "text", "created_at"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False

@@ -5,7 +5,9 @@ attributes style them, never an inline style; every piece of text goes through f
 escaping, since names come from users, imports and models. Each page shows the same numbers
 in a table beside or under its chart, for screen readers."""
 
+import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
@@ -94,21 +96,150 @@ def stacked_bars_svg(
                 sum(counts),
             )
         )
-    x = BAR_LEFT
-    for index, name in enumerate(series):
+    parts.append(_legend([(name, "") for name in series], x=BAR_LEFT, y=legend_y))
+    parts.append(mark_safe("</svg>"))
+    return mark_safe("".join(parts))
+
+
+def _legend(series: Sequence[tuple[str, str]], *, x: float, y: float) -> SafeString:
+    """One swatch and label per (label, hint) in the bars' fill order, in a row from x; a
+    hint (the paper's or the code's exact name) is the label's tooltip."""
+    parts = []
+    for index, (label, hint) in enumerate(series):
+        tooltip = format_html("<title>{}</title>", hint) if hint else ""
         parts.append(
             format_html(
                 '<rect class="bar s{}" x="{}" y="{}" width="12" height="12"/>'
-                '<text class="legend" x="{}" y="{}">{}</text>',
+                '<text class="legend" x="{}" y="{}">{}{}</text>',
                 min(index, BAR_FILLS - 1),
-                x,
-                legend_y,
-                x + 16,
-                legend_y + 10,
-                name,
+                n(x),
+                y,
+                n(x + 16),
+                y + 10,
+                label,
+                tooltip,
             )
         )
-        x += 24 + 7 * len(name)
+        x += 24 + 7 * len(label)
+    return mark_safe("".join(parts))
+
+
+@dataclass(frozen=True)
+class HistogramSeries:
+    """One series of a histogram: its legend label, a hint for it (the exact term, shown as
+    the label's tooltip; "" for none), its count per bin, and the count its shares are of
+    (the bins' sum, or more when some values fell in no bin)."""
+
+    label: str
+    hint: str
+    counts: Sequence[int]
+    total: int
+
+    def share(self, index: int) -> float:
+        return self.counts[index] / self.total if self.total else 0.0
+
+
+HIST_LEFT, HIST_RIGHT, HIST_TOP, HIST_PLOT = 56, 16, 16, 200
+# Bars fill this share of a bin's width, side by side, one per series.
+HIST_FILL = 0.8
+
+
+def histogram_svg(
+    *,
+    title: str,
+    description: str,
+    x_label: str,
+    bins: Sequence[str],
+    ticks: Sequence[tuple[float, str]],
+    series: Sequence[HistogramSeries],
+) -> SafeString:
+    """Grouped vertical bars: one group per bin (`bins` names each bin's range, for the
+    tooltips), one bar per series, each as the share of its series' total, so series of
+    different sizes compare. `ticks` label the x axis at (position in bins from the left
+    edge, text): bin edges at whole numbers, bin middles at halves. The y axis runs from 0 to
+    the largest share rounded up to a tenth."""
+    plot_w = WIDTH - HIST_LEFT - HIST_RIGHT
+    bottom = HIST_TOP + HIST_PLOT
+    legend_y = bottom + 48
+    height = legend_y + 24
+    largest = max([s.share(i) for s in series for i in range(len(bins))] + [0.0])
+    top_share = max(math.ceil(largest * 10 - 1e-9) / 10, 0.1)
+    bin_w = plot_w / max(len(bins), 1)
+    bar_w = bin_w * HIST_FILL / max(len(series), 1)
+
+    def y_of(share: float) -> float:
+        return bottom - HIST_PLOT * share / top_share
+
+    parts = [
+        format_html(
+            '<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {} {}" '
+            'role="img" aria-label="{}"><title>{}</title><desc>{}</desc>',
+            WIDTH,
+            height,
+            title,
+            title,
+            description,
+        )
+    ]
+    for step in range(5):
+        share = top_share * step / 4
+        parts.append(
+            format_html(
+                '<line class="gridline" x1="{}" y1="{}" x2="{}" y2="{}"/>'
+                '<text class="tick" x="{}" y="{}" text-anchor="end">{}%</text>',
+                HIST_LEFT,
+                n(y_of(share)),
+                WIDTH - HIST_RIGHT,
+                n(y_of(share)),
+                HIST_LEFT - 6,
+                n(y_of(share) + 4),
+                f"{share * 100:.3g}",
+            )
+        )
+    for index, bin_text in enumerate(bins):
+        left = HIST_LEFT + index * bin_w + bin_w * (1 - HIST_FILL) / 2
+        for position, line in enumerate(series):
+            if not line.counts[index]:
+                continue
+            share = line.share(index)
+            parts.append(
+                format_html(
+                    '<rect class="bar s{}" x="{}" y="{}" width="{}" height="{}">'
+                    "<title>{}, {}: {} ({}%)</title></rect>",
+                    min(position, BAR_FILLS - 1),
+                    n(left + position * bar_w),
+                    n(y_of(share)),
+                    n(bar_w),
+                    n(bottom - y_of(share)),
+                    line.label,
+                    bin_text,
+                    line.counts[index],
+                    f"{share * 100:.1f}",
+                )
+            )
+    parts.append(
+        format_html(
+            '<line class="axis" x1="{}" y1="{}" x2="{}" y2="{}"/>'
+            '<text class="axis-label" x="{}" y="{}" text-anchor="middle">{}</text>',
+            HIST_LEFT,
+            bottom,
+            WIDTH - HIST_RIGHT,
+            bottom,
+            n(HIST_LEFT + plot_w / 2),
+            bottom + 34,
+            x_label,
+        )
+    )
+    for at, text in ticks:
+        parts.append(
+            format_html(
+                '<text class="tick" x="{}" y="{}" text-anchor="middle">{}</text>',
+                n(HIST_LEFT + at * bin_w),
+                bottom + 16,
+                text,
+            )
+        )
+    parts.append(_legend([(s.label, s.hint) for s in series], x=HIST_LEFT, y=legend_y))
     parts.append(mark_safe("</svg>"))
     return mark_safe("".join(parts))
 

@@ -15,6 +15,7 @@ from django.urls import reverse
 
 from labeling.access import ProjectAccess
 from labeling.models import (
+    Annotator,
     AuthorKind,
     Preference,
     Provider,
@@ -27,7 +28,6 @@ from labeling.models import (
     Split,
     Task,
 )
-from labeling.queue import annotator_for_user
 from labeling.selectors import criterion_grading_left
 
 
@@ -67,7 +67,10 @@ def _expert_step(access: ProjectAccess, user: object) -> NextStep | None:
     if access.role not in (Role.EXPERT, Role.ADMIN):
         return None
     project = access.project
-    annotator = annotator_for_user(project=project, user=user)
+    # Read only, as the home is a GET: a user who never labeled has no Annotator row yet (the
+    # queue makes it on first use), has been served nothing and has graded nothing, and
+    # filtering by a None annotator matches no assignment and no grade.
+    annotator = Annotator.objects.filter(project=project, user=user).first()
     served = QueueAssignment.objects.filter(pair=OuterRef("pk"), annotator=annotator)
     pairs = (
         QueuePair.objects.filter(project=project, slots__done_at__isnull=True)

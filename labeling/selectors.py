@@ -187,12 +187,13 @@ def criterion_grading_next(*, project: Project, annotator: Annotator) -> Respons
     return _criterion_grading_open(project, annotator).only("pk", "external_id", "task_id").first()
 
 
-def criterion_grading_left(*, project: Project, annotator: Annotator) -> int:
-    """How many responses this annotator has still to grade criterion by criterion."""
+def criterion_grading_left(*, project: Project, annotator: Annotator | None) -> int:
+    """How many responses this annotator has still to grade criterion by criterion; None: a
+    user without an annotator row yet, who has graded nothing."""
     return _criterion_grading_open(project, annotator).count()
 
 
-def _criterion_grading_open(project: Project, annotator: Annotator) -> QuerySet[Response]:
+def _criterion_grading_open(project: Project, annotator: Annotator | None) -> QuerySet[Response]:
     # The expert rubric is the one without an origin; other expert rubrics are not graded here.
     graded = CriterionGrade.objects.filter(
         response=OuterRef("pk"),

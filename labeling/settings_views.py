@@ -2,6 +2,7 @@
 live in labeling/project_settings.py."""
 
 from collections.abc import Callable
+from copy import copy
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -36,22 +37,23 @@ CHANGES_PER_PAGE = 25
 def settings_page(request: HttpRequest, slug: str) -> HttpResponse:
     access = project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
     project = access.project
-    form = ProjectSettingsForm(request.POST or None, instance=project)
+    # The form validates onto a copy: is_valid() writes the posted values onto its instance,
+    # and the page (and the save, which compares against them) needs the stored ones.
+    form = ProjectSettingsForm(request.POST or None, instance=copy(project))
     if request.method == "POST" and form.is_valid():
         values = {name: form.cleaned_data[name] for name in SETTINGS_FIELDS}
-        project.refresh_from_db()  # the form wrote its values onto the instance
         try:
             changed = project_settings_save(project=project, user=request.user, values=values)
         except (SettingsRefused, ValidationError) as exc:
             form.add_error(None, exc.messages[0] if isinstance(exc, ValidationError) else str(exc))
+            # A refused full_clean() leaves the new values set on the instance.
+            project.refresh_from_db()
         else:
             labels = [str(form.fields[name].label) for name in changed]
             messages.success(
                 request, f"Saved: {', '.join(labels)}." if changed else "Nothing changed."
             )
             return redirect("project-settings", slug=slug)
-    if request.method == "POST":
-        project.refresh_from_db()
     changes = Paginator(
         ProjectChange.objects.filter(project=project).select_related("user"), CHANGES_PER_PAGE
     ).get_page(request.GET.get("page"))

@@ -20,6 +20,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
+from config.login_throttle import login_failure_record
 from graders.engine.baseline import baseline_program
 from graders.models import (
     Candidate,
@@ -162,6 +163,14 @@ def _search(project: Project, endpoint: JudgeEndpoint, admin: User) -> dict[str,
                 "text": '{"score": 0.7}', "parsed": {"score": 0.7}, "tokens_in": 120,
                 "tokens_out": 8, "latency_s": 0.4}],
     )  # fmt: skip
+    # More rewards from the grader, on the tasks' own splits and one failed, for its page's
+    # reward distribution.
+    others = Response.objects.filter(task__project=project).exclude(pk=grade.response_id)
+    for index, other in enumerate(others.order_by("pk")[:12]):
+        Grade.objects.create(
+            run=winner.eval_run, response=other, reward=None if index == 0 else index / 12,
+            error="the judge's answer was not JSON" if index == 0 else "",
+        )  # fmt: skip
     return {
         "search": search,
         "candidate": winner,
@@ -322,7 +331,25 @@ def visits(seeded: Seeded) -> list[Visit]:
         Visit("project-overview", "reviewer", overview),
     ]
     found.append(Visit("not-found", "admin", f"/p/{slug}/no-such-page/"))
+    # The page a locked-out login gets (config/login_throttle.py): reached from the login page.
+    found.append(Visit("locked-out", None, reverse("login")))
     return found
+
+
+LOCKED_USER = "locked-out-user"
+
+
+def _log_in_while_locked_out(page: Any) -> int | None:
+    """Lock LOCKED_USER out as repeated wrong passwords would, then log in as them from the
+    login page: the answer is the locked-out page. Its HTTP status."""
+    for _ in range(settings.LOGIN_FAILURES_PER_USERNAME):
+        login_failure_record(request=None, username=LOCKED_USER)
+    page.get_by_label("Username").fill(LOCKED_USER)
+    page.get_by_label("Password").fill("any password")
+    with page.expect_response(lambda answer: answer.request.method == "POST") as posted:
+        page.get_by_role("button", name="Log in").click()
+    page.wait_for_load_state("load")
+    return posted.value.status
 
 
 def _page_for(browser: Any, live_server: Any, user: User | None) -> Any:
@@ -376,6 +403,11 @@ def test_every_page_fits_at_1440_and_420_in_light_and_dark(
         if visit.name == "label":  # past the guidelines to the pair, as a labeler works
             page.get_by_role("button", name="Start").click()
             page.locator(".sides").wait_for()
+        if visit.name == "locked-out":
+            status = _log_in_while_locked_out(page)
+            heading = page.get_by_role("heading", name="Too many failed logins")
+            if status != 429 or heading.count() != 1:
+                problems.append(f"logging in while locked out: HTTP {status}")
         for width in WIDTHS:
             page.set_viewport_size({"width": width, "height": 900})
             for scheme in SCHEMES:
@@ -389,8 +421,10 @@ def test_every_page_fits_at_1440_and_420_in_light_and_dark(
                 name = f"{visit.name}-{visit.role or 'anonymous'}-{width}-{scheme}.png"
                 page.screenshot(path=str(folder / name), full_page=True)
                 shots += 1
-        if visit.name == "not-found":  # the page's own 404 is logged as a failed load
-            page.problems = [text for text in page.problems if "status of 404" not in text]
+        # The page's own status (404, 429) is logged as a failed load.
+        if visit.name in ("not-found", "locked-out"):
+            code = "404" if visit.name == "not-found" else "429"
+            page.problems = [text for text in page.problems if f"status of {code}" not in text]
         problems += [f"{visit.path} as {visit.role}: {text}" for text in page.problems]
         page.problems.clear()
     for page in pages.values():

@@ -4,7 +4,7 @@ import re
 from typing import Any
 
 from graders.charts import curve_svg, curve_warning, depth_accuracy_svg
-from labeling.charts import stacked_bars_svg
+from labeling.charts import HistogramSeries, histogram_svg, stacked_bars_svg
 
 HOSTILE = "<script>alert(1)</script>"
 
@@ -135,3 +135,31 @@ def test_stacked_bars_scale_to_the_longest_bar_skip_empty_segments_and_escape() 
     assert '<rect class="bar s0" x="96.0" y="44" width="173.3"' in svg
     assert svg.count('<rect class="bar s1"') == 2  # retry 1 has no j1 segment
     assert "<i>" not in svg and "&lt;i&gt;j1&lt;/i&gt;" in svg
+
+
+def test_the_curve_legend_speaks_plainly_with_the_paper_s_term_as_its_hint() -> None:
+    svg = str(curve_svg([point(0, 0.6, 0.55)]))
+    assert '<text class="legend"' in svg and ">D_selection (proposer saw)<" not in svg
+    assert ">Selection tasks (proposer saw)<title>D_selection</title></text>" in svg
+    assert ">Held-out tasks<title>D_eval</title></text>" in svg
+
+
+def test_the_histogram_draws_shares_per_series_and_escapes_its_text() -> None:
+    svg = str(
+        histogram_svg(
+            title=HOSTILE, description="d", x_label="Reward", bins=["0 to under 0.5", "0.5 to 1"],
+            ticks=[(0.0, "0"), (1.0, "0.5"), (2.0, "1")],
+            series=[HistogramSeries(HOSTILE, "split <meta>", [1, 3], 4),
+                    HistogramSeries("eval", "", [0, 2], 4)],
+        )
+    )  # fmt: skip
+    assert "<script>" not in svg and "<meta>" not in svg
+    assert "<title>split &lt;meta&gt;</title>" in svg
+    # Bars: two of the first series, one of the second (its empty bin draws nothing).
+    assert (
+        svg.count('<rect class="bar s0" x') == 2 + 1
+        and svg.count('<rect class="bar s1" x') == 1 + 1
+    )
+    assert "0.5 to 1: 3 (75.0%)" in svg and "0.5 to 1: 2 (50.0%)" in svg
+    # The y axis tops out at the largest share rounded up to a tenth: 75% -> 80%.
+    assert ">80%</text>" in svg

@@ -265,7 +265,7 @@ def test_the_search_page_shows_the_rule_and_the_untouched_side_of_the_curve(
     untouched = [p["untouched"] for p in search.curve]
     assert len(untouched) == 2 and all(value is not None for value in untouched)
     assert page.count('<circle class="point untouched"') == 2
-    assert ">D_selection, untouched</text>" in page
+    assert ">Selection tasks, untouched<title>D_selection</title></text>" in page
     # A search by argmax has no untouched part: neither the column nor the series.
     search.selection_rule = SelectionRule.ARGMAX.value
     search.curve = [
@@ -273,7 +273,7 @@ def test_the_search_page_shows_the_rule_and_the_untouched_side_of_the_curve(
     ]
     search.save(update_fields=["selection_rule", "curve"])
     page = client.get(f"/p/{search_project.slug}/searches/{search.pk}/").content.decode()
-    assert "untouched</th>" not in page and "D_selection, untouched" not in page
+    assert "untouched</th>" not in page and "Selection tasks, untouched" not in page
     assert 'class="point untouched"' not in page
 
 

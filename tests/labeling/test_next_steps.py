@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from labeling.access import ProjectAccess
 from labeling.imports import jsonl_import
-from labeling.models import Membership, Project, Role, Task
+from labeling.models import Annotator, Membership, Project, Role, Task
 from labeling.next_steps import next_step
 from labeling.queue import LabelInput, annotator_for_user, label_submit, pair_claim_next
 from tests.conftest import member
@@ -98,3 +98,18 @@ def test_a_reviewer_is_sent_to_unreviewed_rubrics_and_the_home_shows_the_button(
     client.force_login(reviewer_user)
     page = client.get(reverse("project-overview", args=[project.slug])).content.decode()
     assert 'id="next-step-button"' in page and "1 generated rubric not reviewed yet" in page
+
+
+def test_the_home_counts_for_a_new_expert_without_making_their_annotator_row(
+    queued: Project,  # noqa: F811 (the fixture imported above)
+) -> None:
+    eve = member(queued, "eve", Role.EXPERT)
+    client = Client()
+    client.force_login(eve)
+    home = client.get(reverse("project-overview", args=[queued.slug])).content.decode()
+    assert not Annotator.objects.filter(project=queued, user=eve).exists()
+    text = step_for(queued, eve)[0]
+    assert text.endswith("pairs to label") and text in home
+    # The counts are those the annotator row, once the queue makes it, would give.
+    annotator_for_user(project=queued, user=eve)
+    assert step_for(queued, eve)[0] == text

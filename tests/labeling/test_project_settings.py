@@ -6,7 +6,9 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from labeling.models import Dimension, Membership, Project, ProjectChange, Role
@@ -198,3 +200,33 @@ def test_guidelines_are_rendered_as_sanitized_markdown_on_the_label_page(
     page = logged_in(admin_user).get(reverse("label", args=[project.slug])).content.decode()
     assert "<strong>cited</strong>" in page
     assert "<script>alert(1)</script>" not in page
+
+
+def project_reads(queries: CaptureQueriesContext) -> int:
+    return sum(
+        q["sql"].startswith("SELECT") and 'FROM "labeling_project"' in q["sql"]
+        for q in queries.captured_queries
+    )
+
+
+def test_a_failed_post_shows_the_stored_settings_reading_the_project_once_more_at_most(
+    project: Project, admin_user: User
+) -> None:
+    url = reverse("project-settings", args=[project.slug])
+    client = logged_in(admin_user)
+    with CaptureQueriesContext(connection) as baseline:
+        client.get(url)
+    # Refused by the service (automatic re-search without a budget): one reload of what the
+    # refused save may have set on the instance.
+    with CaptureQueriesContext(connection) as refused:
+        answer = client.post(url, settings_post(project, name="Renamed", research_auto="on"))
+    assert answer.status_code == 400 and "needs a budget" in answer.content.decode()
+    assert "<title>Settings · Acme" in answer.content.decode()
+    assert project_reads(refused) == project_reads(baseline) + 1
+    # Refused by the form: the stored project is untouched, nothing to reload.
+    with CaptureQueriesContext(connection) as invalid:
+        answer = client.post(url, settings_post(project, name="Renamed", overlap=0))
+    assert answer.status_code == 400 and "<title>Settings · Acme" in answer.content.decode()
+    assert project_reads(invalid) == project_reads(baseline)
+    project.refresh_from_db()
+    assert project.name == "Acme" and not ProjectChange.objects.exists()
