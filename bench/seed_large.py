@@ -60,7 +60,7 @@ def seed_queue_project(*, slug: str, name: str, tasks: int, per_task: int, overl
             [overlap, project.pk],
         )
         cursor.execute("ANALYZE")
-    return project.pk
+    return int(project.pk)
 
 
 @dataclass
@@ -305,13 +305,12 @@ def _graders(project: Any, admin: Any) -> dict[str, Any]:
                 job=finished("grading"), search=search,
                 evaluation=evaluation(0.6 + 0.03 * position),
             )  # fmt: skip
-            candidates.append(
-                Candidate.objects.create(
-                    search=search, metagrader=grader, iteration=0, position=position,
-                    status="graded", score=0.6 + 0.03 * position, calls_per_response=1.0,
-                    lineage="mutation of the baseline", selection_run=run,
-                )  # fmt: skip
-            )
+            candidate = Candidate.objects.create(
+                search=search, metagrader=grader, iteration=0, position=position,
+                status="graded", score=0.6 + 0.03 * position, calls_per_response=1.0,
+                lineage="mutation of the baseline", selection_run=run,
+            )  # fmt: skip
+            candidates.append(candidate)
         winner = candidates[-1]
         search.winner = winner
         search.curve = [
@@ -383,7 +382,7 @@ def _reviews_and_synthesis(project: Any, admin: Any, endpoint: Any) -> dict[str,
 
     from graders.models import SynthesisRun, SynthesisSweep
     from labeling.models import Dimension, Job, Synthesis
-    from reviews.models import AuditRun
+    from reviews.models import AuditRun, AuditVerdict
 
     def finished(kind: str) -> Job:
         return Job.objects.create(
@@ -459,10 +458,8 @@ def _reviews_and_synthesis(project: Any, admin: Any, endpoint: Any) -> dict[str,
         project=project, synthesis=synthesis, job=finished("synthesis_sweep"),
         evaluators=[{"name": "bench-judge", "endpoint": endpoint.pk, "metagrader": None}],
     )  # fmt: skip
-    verdict = audit.verdicts.order_by("pk").first()
-    rubric_task = (
-        project.tasks.filter(rubrics__author_kind="generated").order_by("pk").first()
-    )
+    verdict = AuditVerdict.objects.filter(run=audit).order_by("pk").first()
+    rubric_task = project.tasks.filter(rubrics__author_kind="generated").order_by("pk").first()
     return {
         "audit": audit.pk, "verdict": verdict.pk if verdict else None,
         "rubric_task": rubric_task.external_id if rubric_task else "t1",
