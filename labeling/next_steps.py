@@ -20,6 +20,7 @@ from labeling.models import (
     Provider,
     QueueAssignment,
     QueuePair,
+    QueueSlot,
     Role,
     Rubric,
     Score,
@@ -69,10 +70,11 @@ def _expert_step(access: ProjectAccess, user: object) -> NextStep | None:
     project = access.project
     annotator = annotator_for_user(project=project, user=user)
     served = QueueAssignment.objects.filter(pair=OuterRef("pk"), annotator=annotator)
+    # EXISTS rather than a join with DISTINCT: a pair counts once however many slots are open.
+    open_slot = QueueSlot.objects.filter(pair=OuterRef("pk"), done_at__isnull=True)
     pairs = (
-        QueuePair.objects.filter(project=project, slots__done_at__isnull=True)
+        QueuePair.objects.filter(Exists(open_slot), project=project)
         .exclude(Exists(served))
-        .distinct()
         .count()
     )
     responses = criterion_grading_left(project=project, annotator=annotator)
