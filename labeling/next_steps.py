@@ -73,9 +73,7 @@ def _expert_step(access: ProjectAccess, user: object) -> NextStep | None:
     # EXISTS rather than a join with DISTINCT: a pair counts once however many slots are open.
     open_slot = QueueSlot.objects.filter(pair=OuterRef("pk"), done_at__isnull=True)
     pairs = (
-        QueuePair.objects.filter(Exists(open_slot), project=project)
-        .exclude(Exists(served))
-        .count()
+        QueuePair.objects.filter(Exists(open_slot), project=project).exclude(Exists(served)).count()
     )
     responses = criterion_grading_left(project=project, annotator=annotator)
     if not pairs and not responses:
