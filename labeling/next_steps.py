@@ -134,8 +134,10 @@ def _admin_setup_step(access: ProjectAccess, user: object) -> NextStep | None:
             "Assign splits",
             reverse("splits", args=[slug]),
         )
-    unlabeled = selection.exclude(_expert_labeled()).count()
-    if unlabeled == selection.count():
+    # "None labeled" asked as such: EXISTS stops at the first labeled task, where counting
+    # the unlabeled ones read every selection task's scores and preferences.
+    if not selection.filter(_expert_labeled()).exists():
+        unlabeled = selection.count()
         return NextStep(
             f"No expert labels yet on the {_plural(unlabeled, 'task')} of the selection "
             "split: searches rank graders by agreement with them",
