@@ -211,8 +211,8 @@ def human_majorities(labels: Iterable[Label]) -> dict[Item, Category | None]:
     }
 
 
-def _cohen_kappa(a: str, b: str, votes: dict[Item, dict[str, Category]]) -> KappaResult:
-    shared = [(v[a], v[b]) for v in votes.values() if a in v and b in v]
+def _cohen_kappa(a: str, b: str, shared: list[tuple[Category, Category]]) -> KappaResult:
+    """Kappa of `a` and `b` over the (a's, b's) categories of the items both labeled."""
     n = len(shared)
     if n == 0:
         return KappaResult(a, b, None, None, 0)
@@ -242,7 +242,16 @@ def cohen_kappa_pairs(labels: Iterable[Label]) -> tuple[KappaResult, ...]:
 
 
 def _kappas(votes: dict[Item, dict[str, Category]]) -> tuple[KappaResult, ...]:
-    return tuple(_cohen_kappa(a, b, votes) for a, b in combinations(_annotators(votes), 2))
+    # Every pair of annotators' shared items in one pass over the items, in item order (a pass
+    # per pair read every item 55 times with eleven annotators).
+    shared: defaultdict[tuple[str, str], list[tuple[Category, Category]]] = defaultdict(list)
+    for item_votes in votes.values():
+        if len(item_votes) >= 2:
+            for a, b in combinations(sorted(item_votes), 2):
+                shared[a, b].append((item_votes[a], item_votes[b]))
+    return tuple(
+        _cohen_kappa(a, b, shared.get((a, b), [])) for a, b in combinations(_annotators(votes), 2)
+    )
 
 
 def krippendorff_alpha(labels: Iterable[Label]) -> AlphaResult:
