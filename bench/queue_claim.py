@@ -9,8 +9,8 @@ each annotator a think time of 1 s per pair, faster than any person labels; the 
 then runs with no pause at all, where 16 processes and PostgreSQL share 2 cores and latency is
 CPU queueing. Prints p50 / p95 claim latency per phase against the 50 ms target and the number
 of duplicate claims (a pair served to two annotators, or a slot held by two), which must be 0.
-The seed rows are written with set-based SQL because 1.1 million ORM inserts would dominate
-the run; the claims go through the product's own code.
+The seed rows are written with set-based SQL (bench/seed_large.py) because 1.1 million ORM
+inserts would dominate the run; the claims go through the product's own code.
 """
 
 import argparse
@@ -22,52 +22,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.database import bench_database_fresh, bench_environment
+from bench.seed_large import seed_queue_project
 
 bench_environment()
 
 TARGET_P95_MS = 50.0
 SLUG = "bench-queue"
-
-
-def seed(tasks: int, per_task: int) -> int:
-    from django.db import connection, transaction
-
-    from labeling.models import Project
-
-    project = Project.objects.create(slug=SLUG, name="Queue bench", overlap=1)
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
-            """INSERT INTO labeling_task (project_id, external_id, domain, prompt, instructions,
-                   metadata, split)
-               SELECT %s, 't' || g, 'd' || (g %% 5), 'Prompt ' || g, '', '{}',
-                      CASE WHEN g %% 10 < 2 THEN 'meta' ELSE 'train' END
-               FROM generate_series(1, %s) AS g""",
-            [project.pk, tasks],
-        )
-        cursor.execute(
-            """INSERT INTO labeling_response (project_id, task_id, external_id, content,
-                   source_model, metadata)
-               SELECT t.project_id, t.id, t.external_id || '/r' || r,
-                      'Response ' || r || ' to ' || t.external_id, 'm', '{}'
-               FROM labeling_task t CROSS JOIN generate_series(0, %s) AS r
-               WHERE t.project_id = %s""",
-            [per_task - 1, project.pk],
-        )
-        cursor.execute(
-            """INSERT INTO labeling_queuepair (project_id, task_id, response_a_id,
-                   response_b_id, dimension_id, block, priority, strategy)
-               SELECT %s, task_id, min(id), min(id) + 1, NULL, 0, random(), 'bench'
-               FROM labeling_response WHERE project_id = %s GROUP BY task_id""",
-            [project.pk, project.pk],
-        )
-        cursor.execute(
-            """INSERT INTO labeling_queueslot (pair_id, project_id, block, priority)
-               SELECT id, project_id, block, priority FROM labeling_queuepair
-               WHERE project_id = %s""",
-            [project.pk],
-        )
-        cursor.execute("ANALYZE")
-    return project.pk
 
 
 def annotate(
@@ -121,7 +81,10 @@ def main() -> None:
 
     bench_database_fresh()
     started = time.perf_counter()
-    project_id = seed(args.tasks, args.responses_per_task)
+    project_id = seed_queue_project(
+        slug=SLUG, name="Queue bench", tasks=args.tasks, per_task=args.responses_per_task,
+        overlap=1,
+    )  # fmt: skip
     print(
         f"seeded {args.tasks:,} tasks, {args.tasks * args.responses_per_task:,} responses, "
         f"{args.tasks:,} queued pairs in {time.perf_counter() - started:.1f} s"

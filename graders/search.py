@@ -51,7 +51,7 @@ from labeling.jobs import (
     job_resend,
     job_run_leased,
 )
-from labeling.models import Job, JobStatus, Preference, Project, Score, Split, Task
+from labeling.models import Job, JobStatus, Preference, Project, Response, Score, Split, Task
 from labeling.queue import queue_refresh_soon
 from labeling.snapshots import label_snapshot_take
 
@@ -61,6 +61,10 @@ MAX_CANDIDATES = 200
 TOO_FEW_TO_SPLIT = (
     "too few labeled D_selection tasks to hold any back: ranked by the point estimate"
 )
+
+
+# The scores that count as labels of a task for ranking candidates.
+LABEL_SCORES = ("true_grader", "expert")
 
 
 class SearchInvalid(ValueError):
@@ -76,11 +80,17 @@ def _graded_tasks(project: Project, split: str) -> list[int]:
 
 
 def selection_problem(project: Project) -> str | None:
-    """Why a search cannot rank candidates on this project's D_selection, or None."""
-    tasks = _graded_tasks(project, Split.SELECTION)
-    if not tasks:
+    """Why a search cannot rank candidates on this project's D_selection, or None. Asked on
+    every Search page: existence checks, not the task lists a search reads (10,000 ids sent
+    back as IN lists took half a second)."""
+    tasks = Task.objects.filter(project=project, split=Split.SELECTION)
+    if not Response.objects.filter(task__in=tasks).exists():
         return "D_selection has no tasks with responses: assign splits first (Splits page)."
-    if not _labeled_task_count(tasks):
+    scored = Score.objects.filter(response__task__in=tasks, provider__in=LABEL_SCORES)
+    preferred = Preference.objects.filter(
+        task__in=tasks, is_current=True, provider="human", dimension__isnull=True
+    )
+    if not (scored.exists() or preferred.exists()):
         return (
             "D_selection has no expert scores or overall human preferences to rank candidates "
             "against: label some of its pairs first."
@@ -91,7 +101,7 @@ def selection_problem(project: Project) -> str | None:
 def _labeled_task_count(tasks: list[int]) -> int:
     """How many of these tasks have expert scores or overall human preferences."""
     scored = (
-        Score.objects.filter(response__task_id__in=tasks, provider__in=["true_grader", "expert"])
+        Score.objects.filter(response__task_id__in=tasks, provider__in=LABEL_SCORES)
         .values_list("response__task_id", flat=True)
         .distinct()
     )

@@ -195,8 +195,10 @@ def _ratio(hits: int, n: int) -> float | None:
 def majority_vote(categories: Sequence[Category]) -> Category | None:
     """The category chosen by more than half of the votes (a lone vote included); None on a
     split or with no votes."""
-    if not categories:
-        return None
+    if len(categories) <= 2:  # most items: one or two votes, decided without a Counter
+        if not categories or categories[0] != categories[-1]:
+            return None
+        return categories[0]
     category, count = Counter(categories).most_common(1)[0]
     return category if 2 * count > len(categories) else None
 
@@ -209,8 +211,8 @@ def human_majorities(labels: Iterable[Label]) -> dict[Item, Category | None]:
     }
 
 
-def _cohen_kappa(a: str, b: str, votes: dict[Item, dict[str, Category]]) -> KappaResult:
-    shared = [(v[a], v[b]) for v in votes.values() if a in v and b in v]
+def _cohen_kappa(a: str, b: str, shared: list[tuple[Category, Category]]) -> KappaResult:
+    """Kappa of `a` and `b` over the (a's, b's) categories of the items both labeled."""
     n = len(shared)
     if n == 0:
         return KappaResult(a, b, None, None, 0)
@@ -236,8 +238,20 @@ def cohen_kappa_pairs(labels: Iterable[Label]) -> tuple[KappaResult, ...]:
 
     Rows with n == 0 stay in so that a panel whose members never overlap shows it.
     """
-    votes = _human_votes(labels)
-    return tuple(_cohen_kappa(a, b, votes) for a, b in combinations(_annotators(votes), 2))
+    return _kappas(_human_votes(labels))
+
+
+def _kappas(votes: dict[Item, dict[str, Category]]) -> tuple[KappaResult, ...]:
+    # Every pair of annotators' shared items in one pass over the items, in item order (a pass
+    # per pair read every item 55 times with eleven annotators).
+    shared: defaultdict[tuple[str, str], list[tuple[Category, Category]]] = defaultdict(list)
+    for item_votes in votes.values():
+        if len(item_votes) >= 2:
+            for a, b in combinations(sorted(item_votes), 2):
+                shared[a, b].append((item_votes[a], item_votes[b]))
+    return tuple(
+        _cohen_kappa(a, b, shared.get((a, b), [])) for a, b in combinations(_annotators(votes), 2)
+    )
 
 
 def krippendorff_alpha(labels: Iterable[Label]) -> AlphaResult:
@@ -246,7 +260,10 @@ def krippendorff_alpha(labels: Iterable[Label]) -> AlphaResult:
     None when no item has two human labels (nothing is pairable), and None when every pairable
     label is the same category: the expected disagreement is then 0 and alpha is 0/0.
     """
-    votes = _human_votes(labels)
+    return _alpha(_human_votes(labels))
+
+
+def _alpha(votes: dict[Item, dict[str, Category]]) -> AlphaResult:
     pairable = [item_votes for item_votes in votes.values() if len(item_votes) >= 2]
     if not pairable:
         return AlphaResult(None, 0)
@@ -269,7 +286,11 @@ def krippendorff_alpha(labels: Iterable[Label]) -> AlphaResult:
 
 def unanimity_share(labels: Iterable[Label]) -> ShareResult:
     """Share of items with at least two human labels on which every human said the same."""
-    pairable = [set(v.values()) for v in _human_votes(labels).values() if len(v) >= 2]
+    return _unanimity(_human_votes(labels))
+
+
+def _unanimity(votes: dict[Item, dict[str, Category]]) -> ShareResult:
+    pairable = [set(v.values()) for v in votes.values() if len(v) >= 2]
     return ShareResult(_ratio(sum(len(c) == 1 for c in pairable), len(pairable)), len(pairable))
 
 
@@ -292,9 +313,11 @@ def _reference(label: Label, item_votes: dict[str, Category]) -> Category | None
     return majority_vote(list(item_votes.values()))
 
 
-def _comparisons(labels: Sequence[Label]) -> list[_Comparison]:
-    """Every label whose item has a reference majority, with whether it matches it."""
-    votes = _human_votes(labels)
+def _comparisons(
+    labels: Sequence[Label], votes: dict[Item, dict[str, Category]]
+) -> list[_Comparison]:
+    """Every label whose item has a reference majority (from `votes`, the labels' human
+    votes), with whether it matches it."""
     comparisons = []
     for label in labels:
         reference = _reference(label, votes.get(label.item, {}))
@@ -327,17 +350,12 @@ def provider_agreement(labels: Iterable[Label]) -> tuple[ProviderAgreement, ...]
     n is a number of pairs). Each human is compared with the majority of the other humans.
     """
     labels = list(labels)
-    return _agreement_rows(labels, _comparisons(labels))
+    return _agreement_rows(labels, _comparisons(labels, _human_votes(labels)))
 
 
-def provider_agreement_by_confidence(labels: Iterable[Label]) -> tuple[ConfidenceGroup, ...]:
-    """Provider agreement per confidence level; a label's own confidence selects its group.
-
-    The majority it is compared with is still built from every human label, whatever their
-    confidence, so the groups differ only in which provider labels they count.
-    """
-    labels = list(labels)
-    comparisons = _comparisons(labels)
+def _by_confidence(
+    labels: Sequence[Label], comparisons: Sequence[_Comparison]
+) -> tuple[ConfidenceGroup, ...]:
     groups = []
     for level in CONFIDENCE_LEVELS:
         level_labels = [label for label in labels if label.confidence == level]
@@ -347,18 +365,30 @@ def provider_agreement_by_confidence(labels: Iterable[Label]) -> tuple[Confidenc
     return tuple(groups)
 
 
+def provider_agreement_by_confidence(labels: Iterable[Label]) -> tuple[ConfidenceGroup, ...]:
+    """Provider agreement per confidence level; a label's own confidence selects its group.
+
+    The majority it is compared with is still built from every human label, whatever their
+    confidence, so the groups differ only in which provider labels they count.
+    """
+    labels = list(labels)
+    return _by_confidence(labels, _comparisons(labels, _human_votes(labels)))
+
+
 def agreement_summary(labels: Iterable[Label]) -> AgreementSummary:
     """All panel statistics of these labels, pooled over whatever dimensions they carry."""
     labels = list(labels)
     votes = _human_votes(labels)
+    # The votes and the comparisons once for every statistic (a second each on 100,000 labels).
+    comparisons = _comparisons(labels, votes)
     return AgreementSummary(
         pairs=len(votes),
         annotators=len(_annotators(votes)),
-        alpha=krippendorff_alpha(labels),
-        unanimity=unanimity_share(labels),
-        cohen_kappa=cohen_kappa_pairs(labels),
-        providers=provider_agreement(labels),
-        by_confidence=provider_agreement_by_confidence(labels),
+        alpha=_alpha(votes),
+        unanimity=_unanimity(votes),
+        cohen_kappa=_kappas(votes),
+        providers=_agreement_rows(labels, comparisons),
+        by_confidence=_by_confidence(labels, comparisons),
     )
 
 
@@ -391,20 +421,21 @@ def agreement_report(labels: Iterable[Label], *, dimension: str | None = None) -
     Numbers are not rounded: the command formats them.
     """
     labels = [label for label in labels if dimension is None or label.dimension == dimension]
-    report = _summary_json(agreement_summary(labels))
+    pooled = _summary_json(agreement_summary(labels))
     dimensions = sorted({label.dimension for label in labels}, key=_dimension_order)
-    report["by_dimension"] = [
-        {
-            "dimension": NO_DIMENSION if name is None else name,
-            **_summary_json(agreement_summary(lb for lb in labels if lb.dimension == name)),
-        }
+    # With one dimension its summary is the pooled one: computed once.
+    by_dimension = [
+        pooled
+        if len(dimensions) == 1
+        else _summary_json(agreement_summary(lb for lb in labels if lb.dimension == name))
         for name in dimensions
     ]
-    return report
-
-
-def _is_human(label: Label, annotator: str) -> bool:
-    return label.provider == "human" and label.annotator == annotator
+    return pooled | {
+        "by_dimension": [
+            {"dimension": NO_DIMENSION if name is None else name, **summary}
+            for name, summary in zip(dimensions, by_dimension, strict=True)
+        ]
+    }
 
 
 def annotator_workload(own: Sequence[Label]) -> Workload:
@@ -423,11 +454,20 @@ def annotator_workload(own: Sequence[Label]) -> Workload:
 def annotator_summaries(labels: Iterable[Label]) -> tuple[AnnotatorSummary, ...]:
     """Per human annotator: their workload and their leave-one-out agreement."""
     labels = list(labels)
-    comparisons = _comparisons(labels)
+    votes = _human_votes(labels)
+    # Each person's labels and comparisons in one pass, not one pass per person.
+    own: defaultdict[str, list[Label]] = defaultdict(list)
+    for label in labels:
+        if label.provider == "human":
+            own[label.annotator].append(label)
+    agrees: defaultdict[str, list[bool]] = defaultdict(list)
+    for comparison in _comparisons(labels, votes):
+        if comparison.label.provider == "human":
+            agrees[comparison.label.annotator].append(comparison.agrees)
     summaries = []
-    for annotator in _annotators(_human_votes(labels)):
-        workload = annotator_workload([lb for lb in labels if _is_human(lb, annotator)])
-        matched = [c.agrees for c in comparisons if _is_human(c.label, annotator)]
+    for annotator in _annotators(votes):
+        workload = annotator_workload(own[annotator])
+        matched = agrees[annotator]
         summaries.append(
             AnnotatorSummary(
                 annotator=annotator,

@@ -249,6 +249,12 @@ class Response(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["project", "external_id"], name="response_unique_id"),
         ]
+        # The home page's trajectory count, without reading every response of the project.
+        indexes = [
+            models.Index(
+                fields=["project"], condition=Q(messages__isnull=False), name="response_trajectory"
+            )
+        ]
 
     def __str__(self) -> str:
         return self.external_id

@@ -21,6 +21,7 @@ from labeling.models import (
     Provider,
     QueueAssignment,
     QueuePair,
+    QueueSlot,
     Role,
     Rubric,
     Score,
@@ -72,11 +73,10 @@ def _expert_step(access: ProjectAccess, user: object) -> NextStep | None:
     # filtering by a None annotator matches no assignment and no grade.
     annotator = Annotator.objects.filter(project=project, user=user).first()
     served = QueueAssignment.objects.filter(pair=OuterRef("pk"), annotator=annotator)
+    # EXISTS rather than a join with DISTINCT: a pair counts once however many slots are open.
+    open_slot = QueueSlot.objects.filter(pair=OuterRef("pk"), done_at__isnull=True)
     pairs = (
-        QueuePair.objects.filter(project=project, slots__done_at__isnull=True)
-        .exclude(Exists(served))
-        .distinct()
-        .count()
+        QueuePair.objects.filter(Exists(open_slot), project=project).exclude(Exists(served)).count()
     )
     responses = criterion_grading_left(project=project, annotator=annotator)
     if not pairs and not responses:
@@ -137,8 +137,10 @@ def _admin_setup_step(access: ProjectAccess, user: object) -> NextStep | None:
             "Assign splits",
             reverse("splits", args=[slug]),
         )
-    unlabeled = selection.exclude(_expert_labeled()).count()
-    if unlabeled == selection.count():
+    # "None labeled" asked as such: EXISTS stops at the first labeled task, where counting
+    # the unlabeled ones read every selection task's scores and preferences.
+    if not selection.filter(_expert_labeled()).exists():
+        unlabeled = selection.count()
         return NextStep(
             f"No expert labels yet on the {_plural(unlabeled, 'task')} of the selection "
             "split: searches rank graders by agreement with them",

@@ -103,4 +103,6 @@ def next_gain(committee: Committee, unlabeled: list[tuple[int, int]]) -> float:
     strategy = WhichGraderWins(committee, epsilon=committee.search.project.queue_epsilon)
     priorities = np.array([rank.priority for rank in strategy.rank(pairs)])
     served = np.argsort(-priorities, kind="stable")[:NEXT_PAIRS]
-    return float(strategy.values(pairs)[served].mean())
+    # A pair's gain depends on the posterior and its own votes only, so the served pairs'
+    # values are those of the whole draw, at a fraction of the cost of valuing every pair.
+    return float(strategy.values([pairs[i] for i in served]).mean())

@@ -31,7 +31,7 @@ from graders.engine.metrics import (
     BOOTSTRAP_DRAWS,
     BOOTSTRAP_SEED,
     FloatArray,
-    task_bootstrap_ci,
+    task_bootstrap_cis,
 )
 from graders.engine.programs import (
     DocumentInput,
@@ -264,12 +264,11 @@ def audit_shares(
     for author, by_task in sorted(_per_task_counts(criteria).items()):
         table = np.array(list(by_task.values()))
         per_task = table[:, 1:] / table[:, :1]
-        ones = np.ones(len(table))
-        shares = {}
-        for column, key in enumerate(SHARES):
-            values = per_task[:, column]
-            ci = task_bootstrap_ci(values, ones, draws=draws, seed=seed)
-            shares[key] = Share(float(values.mean()), ci.low, ci.high)
+        cis = task_bootstrap_cis(per_task, np.ones(len(table)), draws=draws, seed=seed)
+        shares = {
+            key: Share(float(per_task[:, column].mean()), cis[column].low, cis[column].high)
+            for column, key in enumerate(SHARES)
+        }
         report.append(AuthorShares(author, len(table), int(table[:, 0].sum()), shares))
     return report
 

@@ -217,20 +217,38 @@ def task_bootstrap_ci(
     (per-task value, 1). Every count must be positive.
     """
     _require_same_length(earned=earned, count=count)
-    if earned.size == 0 or draws < 1:
+    return task_bootstrap_cis(earned[:, np.newaxis], count, draws=draws, seed=seed)[0]
+
+
+def task_bootstrap_cis(
+    earned: FloatArray,
+    count: FloatArray,
+    *,
+    draws: int = BOOTSTRAP_DRAWS,
+    seed: int = BOOTSTRAP_SEED,
+) -> list[ConfidenceInterval]:
+    """task_bootstrap_ci of each column of `earned` (tasks x metrics) over the same `count`:
+    the CIs it gives column by column, from one set of resampled tasks instead of one each."""
+    if earned.ndim != 2 or earned.shape[0] != count.size:
+        raise ValueError(f"earned must be tasks x metrics for {count.size} tasks")
+    if count.size == 0 or draws < 1:
         raise ValueError("the bootstrap needs at least one task and one draw")
     if not (count > 0).all():
         raise ValueError("every task in a bootstrap needs a positive count")
-    tasks = earned.size
+    tasks = count.size
     rng = np.random.default_rng(seed)
-    statistic = np.empty(draws)
+    statistic = np.empty((earned.shape[1], draws))
     rows = max(1, _BOOTSTRAP_CHUNK_ELEMENTS // tasks)
     for start in range(0, draws, rows):
         stop = min(start + rows, draws)
         picks = rng.integers(0, tasks, size=(stop - start, tasks))
-        statistic[start:stop] = earned[picks].sum(axis=1) / count[picks].sum(axis=1)
-    low, high = np.percentile(statistic, [2.5, 97.5])
-    return ConfidenceInterval(low=float(low), high=float(high))
+        drawn = count[picks].sum(axis=1)
+        for column in range(earned.shape[1]):
+            statistic[column, start:stop] = earned[:, column][picks].sum(axis=1) / drawn
+    return [
+        ConfidenceInterval(low=float(low), high=float(high))
+        for low, high in np.percentile(statistic, [2.5, 97.5], axis=1).T
+    ]
 
 
 class Stability(StrEnum):

@@ -2,6 +2,8 @@
 engine's inputs (graders/engine/synthesis/funnel.py). Generated and imported syntheses are the
 same rows, so they read the same way."""
 
+from collections import defaultdict
+
 from graders.engine.synthesis.funnel import (
     Cell,
     Draw,
@@ -12,7 +14,7 @@ from graders.engine.synthesis.funnel import (
     funnel_compute,
 )
 from labeling.demo import demo_synthesis_note
-from labeling.models import Project, Synthesis, SynthesisCell
+from labeling.models import Project, Synthesis, SynthesisCell, SynthesisDraw, SynthesisVote
 
 
 class SynthesisChoiceError(Exception):
@@ -47,41 +49,55 @@ def synthesis_choose(*, project: Project, external_id: str | None) -> Synthesis:
 
 
 def synthesis_run_load(*, synthesis: Synthesis) -> SynthesisRun:
-    """The synthesis's cells, draws and votes as the engine's dataclasses."""
+    """The synthesis's cells, draws and votes as the engine's dataclasses. Read as plain rows,
+    three statements, not model instances: the funnel of 2,000 cells spent 0.6 s building
+    rows it reads seven fields of."""
+    votes: defaultdict[int, list[Vote]] = defaultdict(list)
+    for draw_id, judge, agrees, slot_order in (
+        SynthesisVote.objects.filter(draw__cell__synthesis=synthesis)
+        .order_by("draw", "position")
+        .values_list("draw_id", "judge", "agrees", "slot_order")
+    ):
+        votes[draw_id].append(Vote(judge=judge, agrees=agrees, slot_order=slot_order))
+    draws: defaultdict[int, list[Draw]] = defaultdict(list)
+    for draw_id, cell_id, retry, outcome, cost, usage in (
+        SynthesisDraw.objects.filter(cell__synthesis=synthesis)
+        .order_by("cell", "retry")
+        .values_list("pk", "cell_id", "retry", "outcome", "cost", "usage")
+    ):
+        draws[cell_id].append(
+            Draw(
+                retry=retry,
+                outcome=outcome,
+                cost=cost,
+                votes=tuple(votes[draw_id]),
+                usage={
+                    stage: StageUsage(calls=int(u.get("calls", 0)), tokens=u.get("tokens"))
+                    for stage, u in (usage or {}).items()
+                },
+            )
+        )
     cells = (
         SynthesisCell.objects.filter(synthesis=synthesis)
-        .select_related("task", "dimension")
-        .prefetch_related("draws__votes")
         .order_by("external_id")
-    )
+        .values_list(
+            "pk", "external_id", "dimension__name", "task__domain", "low_level", "high_level",
+            "agent",
+        )
+    )  # fmt: skip
     return SynthesisRun(
         judges=tuple(synthesis.judges),
         retries=synthesis.retries,
         cells=tuple(
             Cell(
-                id=cell.external_id,
-                dimension=cell.dimension.name,
-                domain=cell.task.domain,
-                contrast=cell.contrast,
-                agent=cell.agent,
-                draws=tuple(
-                    Draw(
-                        retry=draw.retry,
-                        outcome=draw.outcome,
-                        cost=draw.cost,
-                        votes=tuple(
-                            Vote(judge=v.judge, agrees=v.agrees, slot_order=v.slot_order)
-                            for v in draw.votes.all()
-                        ),
-                        usage={
-                            stage: StageUsage(calls=int(u.get("calls", 0)), tokens=u.get("tokens"))
-                            for stage, u in (draw.usage or {}).items()
-                        },
-                    )
-                    for draw in cell.draws.all()
-                ),
+                id=external_id,
+                dimension=dimension,
+                domain=domain,
+                contrast=f"{low}-{high}",
+                agent=agent,
+                draws=tuple(draws[pk]),
             )
-            for cell in cells
+            for pk, external_id, dimension, domain, low, high, agent in cells
         ),
     )
 

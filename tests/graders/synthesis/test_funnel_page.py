@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from labeling.imports import jsonl_import
@@ -24,6 +26,7 @@ from labeling.models import (
     SynthesisVote,
     Task,
 )
+from tests.graders.synthesis_factory import draw_make, synthesis_make
 from tests.labeling.helpers import synthesis_records, write_jsonl
 
 # The imported synthesis (tests/labeling/helpers.py synthesis_records): cascade j1, j2, one
@@ -280,3 +283,19 @@ def test_a_generated_synthesis_shows_its_stages_and_never_its_steering(project: 
         in html
     )
     assert "SECRET" not in html
+
+
+def test_the_page_reads_the_same_statements_for_four_cells_as_for_one(project: Project) -> None:
+    synthesis = synthesis_make(project)
+    client = member(project, Role.REVIEWER)
+    counted = []
+    for task in ("t1", "t2", "t3", "t4"):
+        draw_make(synthesis, task=task, votes=(True, False))
+        draw_make(synthesis, task=task, retry=1)
+        with CaptureQueriesContext(connection) as queries:
+            page = client.get(reverse("synthesis-funnel", args=["acme"]))
+        assert page.status_code == 200
+        counted.append(len(queries))
+    assert len(set(counted)) == 1, counted
+    # Retry 1: four draws, four kept (every retry-0 draw was vetoed by the second judge).
+    assert '<tr><td>1</td><td class="num">4</td><td class="num">4</td>' in page.content.decode()
