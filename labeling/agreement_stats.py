@@ -175,7 +175,7 @@ Tally = Counter[tuple[str | None, tuple[Vote, ...]]]
 Workloads = Counter[tuple[str, int | None, float | None]]
 
 
-def _vote_order(vote: Vote) -> tuple[str, str, str, int]:
+def vote_order(vote: Vote) -> tuple[str, str, str, int]:
     return (vote[0], vote[1], vote[2], -1 if vote[3] is None else vote[3])
 
 
@@ -185,9 +185,7 @@ def tally(labels: Iterable[Label]) -> Tally:
     for label in labels:
         annotator = label.annotator if label.provider == "human" else ""
         items[label.item].append((annotator, label.provider, label.category, label.confidence))
-    return Counter(
-        (item[1], tuple(sorted(votes, key=_vote_order))) for item, votes in items.items()
-    )
+    return Counter((item[1], tuple(sorted(votes, key=vote_order))) for item, votes in items.items())
 
 
 def workloads(labels: Iterable[Label]) -> Workloads:
