@@ -223,7 +223,13 @@ def _items(counted: Tally) -> list[_Items]:
                 raise ValueError(f"{annotator!r} has two labels on one item of {dimension!r}")
             human[annotator] = category
         items.append(_Items(dimension, votes, human, weight))
-    return items
+    # In one order whatever order the tally was counted in, so that alpha's floating-point sums,
+    # and so alpha, do not depend on it.
+    return sorted(items, key=_items_order)
+
+
+def _items_order(item: _Items) -> tuple[tuple[bool, str], list[tuple[str, str, str, int]]]:
+    return (_dimension_order(item.dimension), [vote_order(vote) for vote in item.votes])
 
 
 def _human_votes(labels: Iterable[Label]) -> dict[Item, dict[str, Category]]:
