@@ -14,7 +14,7 @@ from labeling.agreement_stats import tally, tally_annotator_summaries, tally_rep
 from labeling.models import Annotator, Dimension, Preference, Project, Response, Task
 from labeling.selectors import _labels, _tally, _workloads, agreement_tally
 
-pytestmark = pytest.mark.skipif(
+only_postgresql = pytest.mark.skipif(
     connection.vendor != "postgresql", reason="the database counts only on PostgreSQL"
 )
 
@@ -58,6 +58,7 @@ def random_labels(project: Project, seed: int, prefix: str = "") -> None:
     )
 
 
+@only_postgresql
 @pytest.mark.parametrize("seed", range(5))
 def test_the_database_counts_items_as_python_does(project: Project, seed: int) -> None:
     random_labels(project, seed)
