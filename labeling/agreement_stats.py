@@ -236,8 +236,12 @@ def _human_votes(labels: Iterable[Label]) -> dict[Item, dict[str, Category]]:
     """Each item's human labels as annotator -> category."""
     votes: defaultdict[Item, dict[str, Category]] = defaultdict(dict)
     for label in labels:
-        if label.provider == "human":
-            votes[label.item][label.annotator] = label.category
+        if label.provider != "human":
+            continue
+        item_votes = votes[label.item]
+        if label.annotator in item_votes:
+            raise ValueError(f"{label.annotator!r} has two labels on {label.item!r}")
+        item_votes[label.annotator] = label.category
     return dict(votes)
 
 
@@ -262,8 +266,6 @@ def majority_vote(categories: Sequence[Category]) -> Category | None:
 
 def human_majorities(labels: Iterable[Label]) -> dict[Item, Category | None]:
     """The human majority of every item with a human label (None where there is none)."""
-    labels = list(labels)
-    _items(tally(labels))  # the same checks as every statistic
     return {
         item: majority_vote(list(item_votes.values()))
         for item, item_votes in _human_votes(labels).items()
@@ -515,15 +517,10 @@ def _median(counts: Counter[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def annotator_workload(own: Sequence[Label]) -> Workload:
-    """One person's labels done, median seconds and confidences: nothing that reads anyone
-    else's label. The median ignores labels with no recorded time (`seconds_n` says how many)."""
-    counts = Counter((lb.confidence, lb.seconds) for lb in own)
-    return workload(counts)
-
-
 def workload(counts: Counter[tuple[int | None, float | None]]) -> Workload:
-    """annotator_workload of one person's labels counted by (confidence, seconds)."""
+    """One person's labels done, median seconds and confidences from their labels counted by
+    (confidence, seconds): nothing that reads anyone else's label. The median ignores labels
+    with no recorded time (`seconds_n` says how many)."""
     seconds: Counter[float] = Counter()
     confidences: Counter[int | None] = Counter()
     for (confidence, spent), count in counts.items():
