@@ -1,14 +1,13 @@
 """The agreement page's charts: Cohen's kappa of every pair of annotators as a heatmap, and how
-confident the labels were, per provider. Built from the report and labels the page already
-holds; the page keeps its tables under them."""
+confident the labels were, per provider. Built from the report and label tally the page
+already holds; the page keeps its tables under them."""
 
 from collections import Counter
-from collections.abc import Iterable
 from typing import Any
 
 from django.utils.safestring import SafeString
 
-from labeling.agreement_stats import Label
+from labeling.agreement_stats import Tally
 from labeling.charts import heatmap_svg, stacked_bars_svg
 
 CONFIDENCE_SERIES = ("0 · a guess", "1 · leaning", "2 · certain", "not given")
@@ -36,11 +35,14 @@ def kappa_heatmap(report: dict[str, Any]) -> SafeString | None:
     )
 
 
-def confidence_bars(labels: Iterable[Label]) -> SafeString | None:
-    """Labels per confidence level, one bar per provider; None without labels."""
+def confidence_bars(counted: Tally, *, dimension: str | None = None) -> SafeString | None:
+    """Labels (of one dimension, or all) per confidence level, one bar per provider; None
+    without labels."""
     counts: dict[str, Counter[int | None]] = {}
-    for label in labels:
-        counts.setdefault(str(label.provider), Counter())[label.confidence] += 1
+    for (item_dimension, votes), items in counted.items():
+        if dimension is None or item_dimension == dimension:
+            for _, provider, _, confidence in votes:
+                counts.setdefault(provider, Counter())[confidence] += items
     if not counts:
         return None
     return stacked_bars_svg(

@@ -164,28 +164,89 @@ class AnnotatorSummary:
     confidence: dict[int | None, int]
 
 
+Vote = tuple[str, Provider, Category, int | None]
+# How many items of a dimension carry exactly these votes, each an (annotator, provider,
+# category, confidence), the annotator "" unless human. Every statistic here is a sum over items
+# of a function of the item's votes alone, so counting the items that share their votes loses
+# nothing: 100,000 labels reduce to the few hundred vote sets the database counts
+# (selectors.agreement_tally), and every number is the same as when computed label by label.
+Tally = Counter[tuple[str | None, tuple[Vote, ...]]]
+# How many human labels each (annotator, confidence, seconds) has: the workload figures.
+Workloads = Counter[tuple[str, int | None, float | None]]
+
+
+def vote_order(vote: Vote) -> tuple[str, str, str, int]:
+    return (vote[0], vote[1], vote[2], -1 if vote[3] is None else vote[3])
+
+
+def tally(labels: Iterable[Label]) -> Tally:
+    """The labels counted as items by their votes (the database counts them the same way)."""
+    items: defaultdict[Item, list[Vote]] = defaultdict(list)
+    for label in labels:
+        annotator = label.annotator if label.provider == "human" else ""
+        items[label.item].append((annotator, label.provider, label.category, label.confidence))
+    return Counter((item[1], tuple(sorted(votes, key=vote_order))) for item, votes in items.items())
+
+
+def workloads(labels: Iterable[Label]) -> Workloads:
+    """The human labels counted by (annotator, confidence, seconds)."""
+    return Counter(
+        (label.annotator, label.confidence, label.seconds)
+        for label in labels
+        if label.provider == "human"
+    )
+
+
 @dataclass(frozen=True, slots=True)
-class _Comparison:
-    label: Label
-    agrees: bool
+class _Items:
+    """`weight` items of one dimension with the same votes; `human` is their panel's part,
+    annotator -> category."""
+
+    dimension: str | None
+    votes: tuple[Vote, ...]
+    human: dict[str, Category]
+    weight: int
+
+
+def _items(counted: Tally) -> list[_Items]:
+    items = []
+    for (dimension, votes), weight in counted.items():
+        human: dict[str, Category] = {}
+        for annotator, provider, category, _ in votes:
+            if provider != "human":
+                continue
+            if not annotator:
+                raise ValueError("a human label needs an annotator")
+            # Two labels by one person on one item would double their vote; callers pass
+            # current ones.
+            if annotator in human:
+                raise ValueError(f"{annotator!r} has two labels on one item of {dimension!r}")
+            human[annotator] = category
+        items.append(_Items(dimension, votes, human, weight))
+    # In one order whatever order the tally was counted in, so that alpha's floating-point sums,
+    # and so alpha, do not depend on it.
+    return sorted(items, key=_items_order)
+
+
+def _items_order(item: _Items) -> tuple[tuple[bool, str], list[tuple[str, str, str, int]]]:
+    return (_dimension_order(item.dimension), [vote_order(vote) for vote in item.votes])
 
 
 def _human_votes(labels: Iterable[Label]) -> dict[Item, dict[str, Category]]:
-    """Each item's human labels as annotator -> category: the reliability data of the panel."""
+    """Each item's human labels as annotator -> category."""
     votes: defaultdict[Item, dict[str, Category]] = defaultdict(dict)
     for label in labels:
         if label.provider != "human":
             continue
         item_votes = votes[label.item]
-        # Two labels by one person on one item would double their vote; callers pass current ones.
         if label.annotator in item_votes:
             raise ValueError(f"{label.annotator!r} has two labels on {label.item!r}")
         item_votes[label.annotator] = label.category
     return dict(votes)
 
 
-def _annotators(votes: dict[Item, dict[str, Category]]) -> list[str]:
-    return sorted({annotator for item_votes in votes.values() for annotator in item_votes})
+def _annotators(items: Iterable[_Items]) -> list[str]:
+    return sorted({annotator for item in items for annotator in item.human})
 
 
 def _ratio(hits: int, n: int) -> float | None:
@@ -211,17 +272,20 @@ def human_majorities(labels: Iterable[Label]) -> dict[Item, Category | None]:
     }
 
 
-def _cohen_kappa(a: str, b: str, shared: list[tuple[Category, Category]]) -> KappaResult:
-    """Kappa of `a` and `b` over the (a's, b's) categories of the items both labeled."""
-    n = len(shared)
+def _cohen_kappa(a: str, b: str, confusion: Counter[tuple[Category, Category]]) -> KappaResult:
+    """Kappa of `a` and `b` from how many shared items had each (a's, b's) categories."""
+    n = sum(confusion.values())
     if n == 0:
         return KappaResult(a, b, None, None, 0)
     # Kept in integers: observed = n * p_o (the confusion matrix's diagonal) and
     # chance = n^2 * p_e (its row marginals times its column marginals), so that the degenerate
     # case p_e == 1 is detected exactly rather than through floating-point rounding.
-    observed = sum(x == y for x, y in shared)
-    rows = Counter(x for x, _ in shared)
-    columns = Counter(y for _, y in shared)
+    observed = sum(count for (x, y), count in confusion.items() if x == y)
+    rows: Counter[Category] = Counter()
+    columns: Counter[Category] = Counter()
+    for (x, y), count in confusion.items():
+        rows[x] += count
+        columns[y] += count
     chance = sum(rows[c] * columns[c] for c in CATEGORIES)
     if chance == n * n:
         # p_e == 1 only when both said one and the same category on every shared item (so p_o is
@@ -238,19 +302,21 @@ def cohen_kappa_pairs(labels: Iterable[Label]) -> tuple[KappaResult, ...]:
 
     Rows with n == 0 stay in so that a panel whose members never overlap shows it.
     """
-    return _kappas(_human_votes(labels))
+    return _kappas(_items(tally(labels)))
 
 
-def _kappas(votes: dict[Item, dict[str, Category]]) -> tuple[KappaResult, ...]:
-    # Every pair of annotators' shared items in one pass over the items, in item order (a pass
-    # per pair read every item 55 times with eleven annotators).
-    shared: defaultdict[tuple[str, str], list[tuple[Category, Category]]] = defaultdict(list)
-    for item_votes in votes.values():
-        if len(item_votes) >= 2:
-            for a, b in combinations(sorted(item_votes), 2):
-                shared[a, b].append((item_votes[a], item_votes[b]))
+def _kappas(items: Sequence[_Items]) -> tuple[KappaResult, ...]:
+    # Every pair of annotators' confusion counts in one pass over the items.
+    confusion: defaultdict[tuple[str, str], Counter[tuple[Category, Category]]] = defaultdict(
+        Counter
+    )
+    for item in items:
+        if len(item.human) >= 2:
+            for a, b in combinations(sorted(item.human), 2):
+                confusion[a, b][item.human[a], item.human[b]] += item.weight
     return tuple(
-        _cohen_kappa(a, b, shared.get((a, b), [])) for a, b in combinations(_annotators(votes), 2)
+        _cohen_kappa(a, b, confusion.get((a, b), Counter()))
+        for a, b in combinations(_annotators(items), 2)
     )
 
 
@@ -260,87 +326,93 @@ def krippendorff_alpha(labels: Iterable[Label]) -> AlphaResult:
     None when no item has two human labels (nothing is pairable), and None when every pairable
     label is the same category: the expected disagreement is then 0 and alpha is 0/0.
     """
-    return _alpha(_human_votes(labels))
+    return _alpha(_items(tally(labels)))
 
 
-def _alpha(votes: dict[Item, dict[str, Category]]) -> AlphaResult:
-    pairable = [item_votes for item_votes in votes.values() if len(item_votes) >= 2]
+def _alpha(items: Sequence[_Items]) -> AlphaResult:
+    pairable = [item for item in items if len(item.human) >= 2]
+    n = sum(item.weight for item in pairable)
     if not pairable:
         return AlphaResult(None, 0)
-    if len({c for item_votes in pairable for c in item_votes.values()}) < 2:
-        return AlphaResult(None, len(pairable))
-    annotators = _annotators(votes)
-    # Annotators x items, NaN where an annotator did not label the item; the package skips the
-    # unpairable lone labels itself, as the textbook definition does.
-    data = np.full((len(annotators), len(votes)), np.nan)
-    for column, item_votes in enumerate(votes.values()):
-        for annotator, category in item_votes.items():
-            data[annotators.index(annotator), column] = CATEGORIES.index(category)
-    alpha = krippendorff.alpha(
-        reliability_data=data,
-        value_domain=list(range(len(CATEGORIES))),
-        level_of_measurement="nominal",
-    )
-    return AlphaResult(float(alpha), len(pairable))
+    if len({c for item in pairable for c in item.human.values()}) < 2:
+        return AlphaResult(None, n)
+    # Items x categories, how many of an item's human labels said each; the lone labels of
+    # unpairable items count for nothing in alpha, so they are left out. The package sums over
+    # items in another order than label by label, so alpha may differ in its last bits.
+    counts = [[list(item.human.values()).count(c) for c in CATEGORIES] for item in pairable]
+    value_counts = np.repeat(np.array(counts), [item.weight for item in pairable], axis=0)
+    alpha = krippendorff.alpha(value_counts=value_counts, level_of_measurement="nominal")
+    return AlphaResult(float(alpha), n)
 
 
 def unanimity_share(labels: Iterable[Label]) -> ShareResult:
     """Share of items with at least two human labels on which every human said the same."""
-    return _unanimity(_human_votes(labels))
+    return _unanimity(_items(tally(labels)))
 
 
-def _unanimity(votes: dict[Item, dict[str, Category]]) -> ShareResult:
-    pairable = [set(v.values()) for v in votes.values() if len(v) >= 2]
-    return ShareResult(_ratio(sum(len(c) == 1 for c in pairable), len(pairable)), len(pairable))
+def _unanimity(items: Sequence[_Items]) -> ShareResult:
+    pairable = [item for item in items if len(item.human) >= 2]
+    n = sum(item.weight for item in pairable)
+    hits = sum(item.weight for item in pairable if len(set(item.human.values())) == 1)
+    return ShareResult(_ratio(hits, n), n)
 
 
-def _row_key(label: Label) -> tuple[str, str]:
+def _row_key(vote: Vote) -> tuple[str, str]:
     """(provider, vs) of the agreement row a label counts in."""
-    if label.provider == "human":
-        return (f"human:{label.annotator}", "human_majority_without_self")
-    return (label.provider, "human_majority")
+    if vote[1] == "human":
+        return (f"human:{vote[0]}", "human_majority_without_self")
+    return (vote[1], "human_majority")
 
 
 def _row_order(key: tuple[str, str]) -> tuple[int, str]:
     return (PROVIDER_ORDER.index(key[0].partition(":")[0]), key[0])
 
 
-def _reference(label: Label, item_votes: dict[str, Category]) -> Category | None:
+def _reference(vote: Vote, human: dict[str, Category]) -> Category | None:
     """The human majority a label is judged against: leave-one-out for a human's own label."""
-    if label.provider == "human":
-        others = [c for annotator, c in item_votes.items() if annotator != label.annotator]
-        return majority_vote(others)
-    return majority_vote(list(item_votes.values()))
+    if vote[1] == "human":
+        return majority_vote([c for annotator, c in human.items() if annotator != vote[0]])
+    return majority_vote(list(human.values()))
 
 
-def _comparisons(
-    labels: Sequence[Label], votes: dict[Item, dict[str, Category]]
-) -> list[_Comparison]:
-    """Every label whose item has a reference majority (from `votes`, the labels' human
-    votes), with whether it matches it."""
-    comparisons = []
-    for label in labels:
-        reference = _reference(label, votes.get(label.item, {}))
-        if reference is not None:
-            comparisons.append(_Comparison(label, label.category == reference))
-    return comparisons
+# A row key and a confidence level.
+_Cell = tuple[tuple[str, str], int | None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Comparisons:
+    """Per (row key, confidence): the labels there (`present`), how many have a reference
+    majority (`totals`) and how many of those match it (`hits`)."""
+
+    present: set[_Cell]
+    totals: Counter[_Cell]
+    hits: Counter[_Cell]
+
+
+def _comparisons(items: Sequence[_Items]) -> _Comparisons:
+    compared = _Comparisons(set(), Counter(), Counter())
+    for item in items:
+        for vote in item.votes:
+            cell = (_row_key(vote), vote[3])
+            compared.present.add(cell)
+            reference = _reference(vote, item.human)
+            if reference is not None:
+                compared.totals[cell] += item.weight
+                compared.hits[cell] += item.weight * (vote[2] == reference)
+    return compared
 
 
 def _agreement_rows(
-    labels: Sequence[Label], comparisons: Sequence[_Comparison]
+    compared: _Comparisons, levels: Sequence[int | None] = CONFIDENCE_LEVELS
 ) -> tuple[ProviderAgreement, ...]:
-    """One row per provider present in `labels`, counting `comparisons`; n == 0 rows stay in."""
-    hits: Counter[tuple[str, str]] = Counter()
-    totals: Counter[tuple[str, str]] = Counter()
-    for comparison in comparisons:
-        key = _row_key(comparison.label)
-        totals[key] += 1
-        hits[key] += comparison.agrees
-    keys = sorted({_row_key(label) for label in labels}, key=_row_order)
-    return tuple(
-        ProviderAgreement(key[0], key[1], _ratio(hits[key], totals[key]), totals[key])
-        for key in keys
-    )
+    """One row per provider with a label at one of `levels`; n == 0 rows stay in."""
+    keys = sorted({key for key, level in compared.present if level in levels}, key=_row_order)
+    rows = []
+    for key in keys:
+        total = sum(compared.totals[key, level] for level in levels)
+        hits = sum(compared.hits[key, level] for level in levels)
+        rows.append(ProviderAgreement(key[0], key[1], _ratio(hits, total), total))
+    return tuple(rows)
 
 
 def provider_agreement(labels: Iterable[Label]) -> tuple[ProviderAgreement, ...]:
@@ -349,20 +421,16 @@ def provider_agreement(labels: Iterable[Label]) -> tuple[ProviderAgreement, ...]
     Synthetic and judge labels are pooled per provider (with one generator or judge per pair,
     n is a number of pairs). Each human is compared with the majority of the other humans.
     """
-    labels = list(labels)
-    return _agreement_rows(labels, _comparisons(labels, _human_votes(labels)))
+    return _agreement_rows(_comparisons(_items(tally(labels))))
 
 
-def _by_confidence(
-    labels: Sequence[Label], comparisons: Sequence[_Comparison]
-) -> tuple[ConfidenceGroup, ...]:
-    groups = []
-    for level in CONFIDENCE_LEVELS:
-        level_labels = [label for label in labels if label.confidence == level]
-        if level_labels:
-            level_comparisons = [c for c in comparisons if c.label.confidence == level]
-            groups.append(ConfidenceGroup(level, _agreement_rows(level_labels, level_comparisons)))
-    return tuple(groups)
+def _by_confidence(compared: _Comparisons) -> tuple[ConfidenceGroup, ...]:
+    present = {level for _, level in compared.present}
+    return tuple(
+        ConfidenceGroup(level, _agreement_rows(compared, (level,)))
+        for level in CONFIDENCE_LEVELS
+        if level in present
+    )
 
 
 def provider_agreement_by_confidence(labels: Iterable[Label]) -> tuple[ConfidenceGroup, ...]:
@@ -371,24 +439,25 @@ def provider_agreement_by_confidence(labels: Iterable[Label]) -> tuple[Confidenc
     The majority it is compared with is still built from every human label, whatever their
     confidence, so the groups differ only in which provider labels they count.
     """
-    labels = list(labels)
-    return _by_confidence(labels, _comparisons(labels, _human_votes(labels)))
+    return _by_confidence(_comparisons(_items(tally(labels))))
 
 
 def agreement_summary(labels: Iterable[Label]) -> AgreementSummary:
     """All panel statistics of these labels, pooled over whatever dimensions they carry."""
-    labels = list(labels)
-    votes = _human_votes(labels)
-    # The votes and the comparisons once for every statistic (a second each on 100,000 labels).
-    comparisons = _comparisons(labels, votes)
+    return _summary(_items(tally(labels)))
+
+
+def _summary(items: Sequence[_Items]) -> AgreementSummary:
+    # The comparisons once for every statistic that reads them.
+    compared = _comparisons(items)
     return AgreementSummary(
-        pairs=len(votes),
-        annotators=len(_annotators(votes)),
-        alpha=_alpha(votes),
-        unanimity=_unanimity(votes),
-        cohen_kappa=_kappas(votes),
-        providers=_agreement_rows(labels, comparisons),
-        by_confidence=_by_confidence(labels, comparisons),
+        pairs=sum(item.weight for item in items if item.human),
+        annotators=len(_annotators(items)),
+        alpha=_alpha(items),
+        unanimity=_unanimity(items),
+        cohen_kappa=_kappas(items),
+        providers=_agreement_rows(compared),
+        by_confidence=_by_confidence(compared),
     )
 
 
@@ -420,14 +489,19 @@ def agreement_report(labels: Iterable[Label], *, dimension: str | None = None) -
     that dimension's labels. Labels without a dimension appear in by_dimension as "(none)".
     Numbers are not rounded: the command formats them.
     """
-    labels = [label for label in labels if dimension is None or label.dimension == dimension]
-    pooled = _summary_json(agreement_summary(labels))
-    dimensions = sorted({label.dimension for label in labels}, key=_dimension_order)
+    return tally_report(tally(labels), dimension=dimension)
+
+
+def tally_report(counted: Tally, *, dimension: str | None = None) -> dict[str, Any]:
+    """agreement_report of the labels `counted` counts."""
+    items = [item for item in _items(counted) if dimension is None or item.dimension == dimension]
+    pooled = _summary_json(_summary(items))
+    dimensions = sorted({item.dimension for item in items}, key=_dimension_order)
     # With one dimension its summary is the pooled one: computed once.
     by_dimension = [
         pooled
         if len(dimensions) == 1
-        else _summary_json(agreement_summary(lb for lb in labels if lb.dimension == name))
+        else _summary_json(_summary([item for item in items if item.dimension == name]))
         for name in dimensions
     ]
     return pooled | {
@@ -438,15 +512,25 @@ def agreement_report(labels: Iterable[Label], *, dimension: str | None = None) -
     }
 
 
-def annotator_workload(own: Sequence[Label]) -> Workload:
-    """One person's labels done, median seconds and confidences: nothing that reads anyone
-    else's label. The median ignores labels with no recorded time (`seconds_n` says how many)."""
-    seconds = [lb.seconds for lb in own if lb.seconds is not None]
-    confidences = Counter(lb.confidence for lb in own)
+def _median(counts: Counter[float]) -> float | None:
+    values = [value for value, count in sorted(counts.items()) for _ in range(count)]
+    return statistics.median(values) if values else None
+
+
+def workload(counts: Counter[tuple[int | None, float | None]]) -> Workload:
+    """One person's labels done, median seconds and confidences from their labels counted by
+    (confidence, seconds): nothing that reads anyone else's label. The median ignores labels
+    with no recorded time (`seconds_n` says how many)."""
+    seconds: Counter[float] = Counter()
+    confidences: Counter[int | None] = Counter()
+    for (confidence, spent), count in counts.items():
+        confidences[confidence] += count
+        if spent is not None:
+            seconds[spent] += count
     return Workload(
-        labels=len(own),
-        median_seconds=statistics.median(seconds) if seconds else None,
-        seconds_n=len(seconds),
+        labels=sum(confidences.values()),
+        median_seconds=_median(seconds),
+        seconds_n=sum(seconds.values()),
         confidence={level: confidences[level] for level in CONFIDENCE_LEVELS},
     )
 
@@ -454,29 +538,31 @@ def annotator_workload(own: Sequence[Label]) -> Workload:
 def annotator_summaries(labels: Iterable[Label]) -> tuple[AnnotatorSummary, ...]:
     """Per human annotator: their workload and their leave-one-out agreement."""
     labels = list(labels)
-    votes = _human_votes(labels)
-    # Each person's labels and comparisons in one pass, not one pass per person.
-    own: defaultdict[str, list[Label]] = defaultdict(list)
-    for label in labels:
-        if label.provider == "human":
-            own[label.annotator].append(label)
-    agrees: defaultdict[str, list[bool]] = defaultdict(list)
-    for comparison in _comparisons(labels, votes):
-        if comparison.label.provider == "human":
-            agrees[comparison.label.annotator].append(comparison.agrees)
+    return tally_annotator_summaries(tally(labels), workloads(labels))
+
+
+def tally_annotator_summaries(counted: Tally, counts: Workloads) -> tuple[AnnotatorSummary, ...]:
+    """annotator_summaries of the labels `counted` and `counts` count."""
+    items = _items(counted)
+    compared = _comparisons(items)
+    own: defaultdict[str, Counter[tuple[int | None, float | None]]] = defaultdict(Counter)
+    for (annotator, confidence, seconds), count in counts.items():
+        own[annotator][confidence, seconds] += count
     summaries = []
-    for annotator in _annotators(votes):
-        workload = annotator_workload(own[annotator])
-        matched = agrees[annotator]
+    for annotator in _annotators(items):
+        done = workload(own[annotator])
+        key = _row_key((annotator, "human", "tie", None))
+        n = sum(compared.totals[key, level] for level in CONFIDENCE_LEVELS)
+        hits = sum(compared.hits[key, level] for level in CONFIDENCE_LEVELS)
         summaries.append(
             AnnotatorSummary(
                 annotator=annotator,
-                labels=workload.labels,
-                median_seconds=workload.median_seconds,
-                seconds_n=workload.seconds_n,
-                agreement=_ratio(sum(matched), len(matched)),
-                n=len(matched),
-                confidence=workload.confidence,
+                labels=done.labels,
+                median_seconds=done.median_seconds,
+                seconds_n=done.seconds_n,
+                agreement=_ratio(hits, n),
+                n=n,
+                confidence=done.confidence,
             )
         )
     return tuple(summaries)
@@ -488,22 +574,28 @@ PANEL_MIN_ANNOTATORS = 3
 PANEL_MIN_OVERLAP_PAIRS = 20
 
 
-def _panel_json(others: Sequence[Label]) -> dict[str, Any]:
-    votes = _human_votes(others)
-    alpha = krippendorff_alpha(others)
-    annotators = len(_annotators(votes))
+def _panel_json(items: Sequence[_Items]) -> dict[str, Any]:
+    alpha = _alpha(items)
+    annotators = len(_annotators(items))
     shown = annotators >= PANEL_MIN_ANNOTATORS and alpha.n >= PANEL_MIN_OVERLAP_PAIRS
     return {
-        "pairs": len(votes),
+        "pairs": sum(item.weight for item in items if item.human),
         "annotators": annotators,
         "overlap_pairs": alpha.n,
         "shown": shown,
         "krippendorff_alpha": alpha.alpha if shown else None,
-        "unanimous_share": unanimity_share(others).share if shown else None,
+        "unanimous_share": _unanimity(items).share if shown else None,
     }
 
 
 def panel_report(others: Iterable[Label], *, dimension: str | None = None) -> dict[str, Any]:
+    """panel_report of these labels (tally_panel_report says what it shows and why)."""
+    return tally_panel_report(
+        tally(lb for lb in others if lb.provider == "human"), dimension=dimension
+    )
+
+
+def tally_panel_report(counted: Tally, *, dimension: str | None = None) -> dict[str, Any]:
     """The panel figures a labeler may see: alpha and unanimity of the *other* annotators,
     pooled and by dimension, each withheld (`shown` false, figures None) below the minimums.
 
@@ -512,7 +604,7 @@ def panel_report(others: Iterable[Label], *, dimension: str | None = None) -> di
     colleague's choice (a kappa row "me vs bob" flips from 1 to 0; so does "my agreement with the
     majority without me", by 1/n, telling whether the others' majority on that pair matched).
 
-    1. `others` must not hold the viewer's labels: the selector leaves them out of what it
+    1. `counted` must not count the viewer's labels: the selector leaves them out of what it
        fetches. No figure here is then a function of the viewer's labels at all, so labeling or
        revising anything changes nothing on the page and the differencing above has nothing to
        difference. This is also why the viewer's own agreement is not shown, however coarsely:
@@ -526,16 +618,16 @@ def panel_report(others: Iterable[Label], *, dimension: str | None = None) -> di
        an overlapping pair, which tells that someone labeled something (as queue progress does),
        not who, which pair or which choice.
     """
-    others = [lb for lb in others if lb.provider == "human"]
-    others = [lb for lb in others if dimension is None or lb.dimension == dimension]
-    report = _panel_json(others)
+    items = [item for item in _items(counted) if dimension is None or item.dimension == dimension]
+    # Only the human votes make up the panel.
+    report = _panel_json([item for item in items if item.human])
     report["min_annotators"] = PANEL_MIN_ANNOTATORS
     report["min_overlap_pairs"] = PANEL_MIN_OVERLAP_PAIRS
-    dimensions = sorted({label.dimension for label in others}, key=_dimension_order)
+    dimensions = sorted({item.dimension for item in items if item.human}, key=_dimension_order)
     report["by_dimension"] = [
         {
             "dimension": NO_DIMENSION if name is None else name,
-            **_panel_json([lb for lb in others if lb.dimension == name]),
+            **_panel_json([item for item in items if item.human and item.dimension == name]),
         }
         for name in dimensions
     ]

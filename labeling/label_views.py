@@ -14,7 +14,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from labeling.access import Perm, ProjectAccess, project_access
 from labeling.agreement_charts import confidence_bars, kappa_heatmap
-from labeling.agreement_stats import agreement_report, annotator_summaries
+from labeling.agreement_stats import tally_annotator_summaries, tally_report
 from labeling.criterion_grading import GradesRejected, ItemMark, criterion_grades_submit
 from labeling.flags import FlagInput, FlagRejected, flag_resolve, flags_for_admin, pair_flag
 from labeling.forms import QueueBuildForm, QueueStrategyForm
@@ -35,8 +35,9 @@ from labeling.queue import (
     queue_settings_set,
 )
 from labeling.selectors import (
-    agreement_labels,
     agreement_panel,
+    agreement_tally,
+    agreement_workloads,
     criterion_grading_left,
     criterion_grading_next,
     criterion_grading_view,
@@ -414,11 +415,10 @@ def agreement_page(request: HttpRequest, slug: str) -> HttpResponse:
     if not access.can(Perm.EXPORT):
         context |= agreement_panel(project=access.project, user=request.user, dimension=dimension)
         return render(request, "labeling/agreement_panel.html", context)
-    labels = agreement_labels(project=access.project)
-    context["report"] = agreement_report(labels, dimension=dimension)
+    counted = agreement_tally(project=access.project)
+    context["report"] = tally_report(counted, dimension=dimension)
     context["kappa_chart"] = kappa_heatmap(context["report"])
-    shown = [label for label in labels if dimension is None or label.dimension == dimension]
-    context["confidence_chart"] = confidence_bars(shown)
+    context["confidence_chart"] = confidence_bars(counted, dimension=dimension)
     return render(request, "labeling/agreement.html", context)
 
 
@@ -428,7 +428,9 @@ def annotators_page(request: HttpRequest, slug: str) -> HttpResponse:
     access = project_access(user=request.user, slug=slug, perm=Perm.MANAGE)
     summaries = [
         (summary, [summary.confidence.get(level, 0) for level in (0, 1, 2, None)])
-        for summary in annotator_summaries(agreement_labels(project=access.project))
+        for summary in tally_annotator_summaries(
+            agreement_tally(project=access.project), agreement_workloads(project=access.project)
+        )
     ]
     context = {"access": access, "project": access.project, "summaries": summaries}
     return render(request, "labeling/annotators.html", context)

@@ -10,7 +10,7 @@ from django.test import Client
 from django.urls import reverse
 
 from labeling.agreement_charts import confidence_bars, kappa_heatmap
-from labeling.agreement_stats import Label
+from labeling.agreement_stats import Label, tally
 from labeling.charts import heat_class
 from labeling.imports import jsonl_import
 from labeling.models import Project
@@ -48,12 +48,12 @@ def test_confidence_counts_per_provider() -> None:
         Label(("r1", "r2"), None, "ann", "human", "r1", confidence)
         for confidence in (2, 2, 1, None)
     ] + [Label(("r1", "r2"), None, "judge-x", "judge", "r2", 0)]
-    svg = str(confidence_bars(labels))
+    svg = str(confidence_bars(tally(labels)))
     assert "<title>human: 2 2 · certain</title>" in svg
     assert "<title>human: 1 1 · leaning</title>" in svg
     assert "<title>human: 1 not given</title>" in svg
     assert "<title>judge: 1 0 · a guess</title>" in svg
-    assert confidence_bars([]) is None
+    assert confidence_bars(tally([])) is None
 
 
 @pytest.mark.django_db

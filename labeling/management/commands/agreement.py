@@ -5,9 +5,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from labeling.agreement_stats import agreement_report
+from labeling.agreement_stats import tally_report
 from labeling.cli import dimension_check, project_or_error
-from labeling.selectors import agreement_labels
+from labeling.selectors import agreement_tally
 
 
 def _number(value: float | None) -> str:
@@ -26,7 +26,7 @@ class Command(BaseCommand):
         project = project_or_error(options["project"])
         dimension = options["dimension"]
         dimension_check(project, dimension)
-        report = agreement_report(agreement_labels(project=project), dimension=dimension)
+        report = tally_report(agreement_tally(project=project), dimension=dimension)
         if options["json"]:
             self.stdout.write(json.dumps(report, allow_nan=False))
             return
