@@ -2,8 +2,9 @@
 of a search, their stored rewards on D_selection, and the experts' overall labels, turned into
 the engine's posterior over which candidate is best.
 
-Everything is read in a bounded number of queries (the search, its candidates, their selection
-runs' grades, the project's overall human labels), never one per pair: the queue's background
+Everything is read in a bounded number of queries (the search, its candidates, a stamp of their
+selection runs' grades and, unless cached under that stamp, the grades; the project's overall
+human labels), never one per pair: the queue's background
 refresh ranks every queued pair with one committee.
 """
 
@@ -198,11 +199,11 @@ def _graded(runs: list[int]) -> tuple[IntArray, IntArray, np.ndarray]:
         .values_list("pk", "created_at", "grades_count", "newest")
     )
     key = "committee-graded:" + hashlib.sha256(repr((runs, list(stamps))).encode()).hexdigest()
-    graded = cache.get(key)
-    if graded is None:
-        graded = _graded_read(runs)
-        cache.set(key, graded, GRADED_CACHE_SECONDS)
-    return graded
+    cached: tuple[IntArray, IntArray, np.ndarray] | None = cache.get(key)
+    if cached is None:
+        cached = _graded_read(runs)
+        cache.set(key, cached, GRADED_CACHE_SECONDS)
+    return cached
 
 
 def _graded_read(runs: list[int]) -> tuple[IntArray, IntArray, np.ndarray]:
