@@ -142,8 +142,8 @@ def pairs_sample(tasks: IntArray, *, limit: int, seed: int) -> IntArray:
     """Positions of at most `limit` of the pairs whose tasks are `tasks` (pairs of one task
     adjacent), ascending: all of them when there are at most `limit`, else a seeded sample
     stratified by task. Each task gives the same quota of pairs (all it has when it has fewer),
-    a random rotation of its pairs choosing which, and the slots the quota leaves go one each
-    to tasks drawn at random among those with pairs left."""
+    drawn uniformly among its pairs, and the slots the quota leaves go one each to tasks drawn
+    at random among those with pairs left."""
     size = len(tasks)
     if size <= limit:
         return np.arange(size)
@@ -151,7 +151,10 @@ def pairs_sample(tasks: IntArray, *, limit: int, seed: int) -> IntArray:
     starts = np.flatnonzero(np.r_[True, tasks[1:] != tasks[:-1]])
     counts = np.diff(np.r_[starts, size])
     task = np.repeat(np.arange(len(starts)), counts)
-    rotated = (np.arange(size) - starts[task] + rng.integers(0, counts)[task]) % counts[task]
+    # Each pair's place in a random order of its task's pairs: sorting task + a uniform key
+    # keeps the tasks in place and shuffles the pairs within each.
+    place = np.empty(size, dtype=np.int64)
+    place[np.argsort(task + rng.random(size))] = np.arange(size) - starts[task]
     # The largest quota whose pairs fit, sum(min(count, quota)) <= limit, from the totals of
     # every quota up to the largest count.
     ordered = np.sort(counts)
@@ -161,4 +164,4 @@ def pairs_sample(tasks: IntArray, *, limit: int, seed: int) -> IntArray:
     quota = int(np.searchsorted(totals, limit, side="right")) - 1
     extra = np.zeros(len(starts), dtype=np.bool_)
     extra[rng.permutation(np.flatnonzero(counts > quota))[: limit - int(totals[quota])]] = True
-    return np.flatnonzero((rotated < quota) | ((rotated == quota) & extra[task]))
+    return np.flatnonzero((place < quota) | ((place == quota) & extra[task]))

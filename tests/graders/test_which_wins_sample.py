@@ -129,6 +129,19 @@ def test_the_sample_is_stratified_by_task_seeded_and_exactly_the_limit() -> None
     for seed in range(200):
         seen |= set(many[pairs_sample(many, limit=100, seed=seed)].tolist())
     assert seen == set(range(1000))
+    # Within a task the pairs are drawn uniformly, not as a run of neighbours: each of 45
+    # pairs is taken by about 5/45 of 450 seeds (50), and the first five together by few.
+    one = np.zeros(45, dtype=np.int64)
+    taken_together = 0
+    for seed in range(450):
+        sample = pairs_sample(one, limit=5, seed=seed)
+        taken_together += sample.tolist() == [0, 1, 2, 3, 4]
+        assert len(sample) == 5
+    counts = np.bincount(
+        np.concatenate([pairs_sample(one, limit=5, seed=seed) for seed in range(450)]),
+        minlength=45,
+    )
+    assert counts.min() > 25 and counts.max() < 80 and taken_together == 0
 
 
 def test_the_panel_says_when_its_rate_comes_from_a_sample(
