@@ -25,8 +25,10 @@ def test_one_pass_over_every_page_answers_200_and_is_reported() -> None:
     assert {(t.page.name, t.page.role) for t in timings} == {(p.name, p.role) for p in planned}
     assert [(t.page.path, t.status) for t in timings if t.status != 200] == []
     assert all(t.queries > 0 for t in timings)
+    assert all(t.first_ms > 0 for t in timings)  # the cold request is timed too
     lines = report(timings)
     table = "\n".join(lines)
+    assert "first ms" in lines[0]
     for page in planned:
         assert f"{page.name:<22} {page.role:<9}  200" in table
         assert page.path in table

@@ -108,7 +108,9 @@ def test_the_committee_reads_the_search_rewards_and_the_expert_majority(
     roles = candidate_named(search)
     ids = response_ids(project)
     assert ids["s1/good"] < ids["s1/okay"] < ids["s1/poor"]  # the table's orientation
-    with django_assert_num_queries(4):  # type: ignore[operator]
+    # The search, its candidates, the stamp of their runs' grades, the grades (not cached yet),
+    # the labels.
+    with django_assert_num_queries(5):  # type: ignore[operator]
         committee = committee_for_project(project)
     assert committee is not None and committee.search == search
     column = {c.pk: k for k, c in enumerate(committee.members)}
@@ -120,7 +122,7 @@ def test_the_committee_reads_the_search_rewards_and_the_expert_majority(
         ("averager", [0.75, 0.45, 0.6]),
     ):
         k = column[roles[role].pk]
-        assert [committee.rewards[r][k] for r in s1] == pytest.approx(expected)
+        assert [committee.rewards[committee.row[r], k] for r in s1] == pytest.approx(expected)
     # Only the imported label so far, on GOOD-POOR, which every candidate orders alike: it is a
     # label, but it cannot separate them, so the posterior is the prior and P(best) uniform.
     assert committee.labels == {(ids["s0/good"], ids["s0/poor"]): 1}
@@ -421,7 +423,9 @@ def test_the_panel_reads_a_fixed_number_of_queries_whatever_the_labels(
             assert client.get(page(search.project, search)).status_code == 200
         return len(captured)
 
+    first = queries()  # reads the grades, and caches them
     before = queries()
+    assert before == first - 1
     for task in ("s0", "s1", "s2"):
         expert_prefers(search.project, task, "good", "okay")
         expert_prefers(search.project, task, "okay", "poor")
