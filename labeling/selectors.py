@@ -50,15 +50,15 @@ def split_table(*, project: Project) -> dict[str, dict[str, int]]:
 
 
 def project_overview(*, project: Project) -> dict[str, Any]:
-    tasks = Task.objects.filter(project=project)
     labels = dict(
         Preference.objects.filter(task__project=project, is_current=True)
         .values_list("provider")
         .annotate(n=Count("pk"))
     )
     table = split_table(project=project)
+    domains = {domain: sum(row.values()) for domain, row in table.items()}
     return {
-        "tasks": tasks.count(),
+        "tasks": sum(domains.values()),  # the table counts every task once
         "responses": Response.objects.filter(project=project).count(),
         "trajectories": Response.objects.filter(project=project, messages__isnull=False).count(),
         "rubrics": Rubric.objects.filter(task__project=project).count(),
@@ -71,7 +71,7 @@ def project_overview(*, project: Project) -> dict[str, Any]:
             provider: labels.get(provider, 0) for provider in ("human", "synthetic", "judge")
         },
         "splits": {split: sum(row[split] for row in table.values()) for split in Split.values},
-        "domains": {domain: sum(row.values()) for domain, row in table.items()},
+        "domains": domains,
     }
 
 
