@@ -170,8 +170,8 @@ def _expert_data(cursor: Any, project_id: int, grader_annotator: int) -> None:
     three criteria on each meta task, its first two responses graded on them; a generated
     rubric on a thousand selection tasks."""
     cursor.execute(
-        """INSERT INTO labeling_score (response_id, provider, value)
-           SELECT r.id, 'true_grader', (r.id %% 101) / 100.0
+        """INSERT INTO labeling_score (project_id, response_id, provider, value)
+           SELECT r.project_id, r.id, 'true_grader', (r.id %% 101) / 100.0
            FROM labeling_response r JOIN labeling_task t ON t.id = r.task_id
            WHERE t.project_id = %s AND t.split IN ('meta', 'selection')""",
         [project_id],
@@ -202,9 +202,9 @@ def _expert_data(cursor: Any, project_id: int, grader_annotator: int) -> None:
         [project_id],
     )
     cursor.execute(
-        """INSERT INTO labeling_criteriongrade (response_id, item_id, passed, annotator_id,
-               note, created_at)
-           SELECT r.id, i.id, (r.id + i.id) %% 3 > 0, %s, '', now()
+        """INSERT INTO labeling_criteriongrade (project_id, response_id, item_id, passed,
+               annotator_id, note, created_at)
+           SELECT r.project_id, r.id, i.id, (r.id + i.id) %% 3 > 0, %s, '', now()
            FROM labeling_rubric rb JOIN labeling_task t ON t.id = rb.task_id
            JOIN labeling_rubricitem i ON i.rubric_id = rb.id
            JOIN labeling_queuepair p ON p.task_id = t.id

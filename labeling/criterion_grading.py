@@ -39,6 +39,7 @@ def criterion_grades_submit(
         CriterionGrade.objects.bulk_create(
             [
                 CriterionGrade(
+                    project_id=response.project_id,
                     response=response,
                     item_id=mark.item_id,
                     annotator=annotator,

@@ -605,6 +605,7 @@ class _Writer:
             self.tally("criterion_grade", held.get(key), (r.passed, r.note))
             rows.append(
                 CriterionGrade(
+                    project=self.project,
                     response_id=response_pk,
                     item_id=item_pk,
                     passed=r.passed,
@@ -634,7 +635,14 @@ class _Writer:
                 continue
             response_pk = responses[r.response][0]
             self.tally("score", held.get((response_pk, r.provider)), r.value)
-            rows.append(Score(response_id=response_pk, provider=r.provider, value=r.value))
+            rows.append(
+                Score(
+                    project=self.project,
+                    response_id=response_pk,
+                    provider=r.provider,
+                    value=r.value,
+                )
+            )
         Score.objects.bulk_create(
             rows,
             update_conflicts=True,

@@ -332,6 +332,11 @@ class RubricRevision(models.Model):
 
 
 class CriterionGrade(models.Model):
+    """An expert's pass or fail on one criterion for one response. `project` is repeated from
+    the response (every write sets it to the response's) so that a project's grades are
+    counted without joining its responses."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
     response = models.ForeignKey(
         Response, on_delete=models.CASCADE, related_name="criterion_grades"
     )
@@ -382,6 +387,11 @@ class ScoreProvider(models.TextChoices):
 
 
 class Score(models.Model):
+    """A response's score from one provider. `project` is repeated from the response (every
+    write sets it to the response's) so that a project's scores are counted without joining
+    its million responses."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
     response = models.ForeignKey(Response, on_delete=models.CASCADE, related_name="scores")
     provider = models.CharField(max_length=16, choices=ScoreProvider.choices)
     value = models.FloatField()

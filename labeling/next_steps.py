@@ -138,8 +138,10 @@ def _admin_setup_step(access: ProjectAccess, user: object) -> NextStep | None:
             reverse("splits", args=[slug]),
         )
     # "None labeled" asked as such: EXISTS stops at the first labeled task, where counting
-    # the unlabeled ones read every selection task's scores and preferences.
-    if not selection.filter(_expert_labeled()).exists():
+    # the unlabeled ones read every selection task's scores and preferences. Each kind of
+    # label is asked apart, human preferences first: as one OR of the two EXISTS PostgreSQL
+    # hashed every human preference and expert score first (90 ms at 100,000 tasks).
+    if not any(selection.filter(label).exists() for label in _expert_labels()):
         unlabeled = selection.count()
         return NextStep(
             f"No expert labels yet on the {_plural(unlabeled, 'task')} of the selection "
@@ -163,7 +165,15 @@ def _admin_search_step(access: ProjectAccess, user: object) -> NextStep | None:
 
 
 def _expert_labeled() -> Q:
-    """A task with an expert score on a response or a human preference."""
-    return Q(
-        Exists(Score.objects.filter(response__task=OuterRef("pk"), provider=ScoreProvider.EXPERT))
-    ) | Q(Exists(Preference.objects.filter(task=OuterRef("pk"), provider=Provider.HUMAN)))
+    """A task with a human preference or an expert score on a response."""
+    human, expert = _expert_labels()
+    return Q(human) | Q(expert)
+
+
+def _expert_labels() -> tuple[Exists, Exists]:
+    """The two kinds of expert label of the outer task: a human preference, an expert score
+    on one of its responses."""
+    return (
+        Exists(Preference.objects.filter(task=OuterRef("pk"), provider=Provider.HUMAN)),
+        Exists(Score.objects.filter(response__task=OuterRef("pk"), provider=ScoreProvider.EXPERT)),
+    )

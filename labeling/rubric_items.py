@@ -20,6 +20,7 @@ from labeling.models import (
     Rubric,
     RubricItem,
     RubricRevision,
+    Task,
 )
 
 _GENERATED_KEY = re.compile(r"c(\d+)")
@@ -142,9 +143,12 @@ def _grades_restore(rubric: Rubric, kept: list[RubricItem]) -> int:
         for grade in back
         if (grade.response_id, by_key[grade.item_key].pk, grade.annotator_id) not in taken
     ]
+    # A restored grade is on a response of the rubric's task, so of the task's project.
+    project_id = Task.objects.values_list("project_id", flat=True).get(pk=rubric.task_id)
     restored = CriterionGrade.objects.bulk_create(
         [
             CriterionGrade(
+                project_id=project_id,
                 response_id=grade.response_id,
                 item=by_key[grade.item_key],
                 annotator_id=grade.annotator_id,

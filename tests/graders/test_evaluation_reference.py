@@ -18,7 +18,9 @@ pytestmark = pytest.mark.django_db
 
 def score(project: Project, external_id: str, value: float) -> None:
     response = Response.objects.get(project=project, external_id=external_id)
-    Score.objects.create(response=response, provider=ScoreProvider.EXPERT, value=value)
+    Score.objects.create(
+        project=project, response=response, provider=ScoreProvider.EXPERT, value=value
+    )
 
 
 def test_preferences_add_the_pairs_scores_do_not_cover(

@@ -35,8 +35,8 @@ def _task(project: Project, name: str, criteria: int, author: str = "expert") ->
 
 def _grade(response: Response, items: list[RubricItem], annotator: Annotator) -> None:
     for item in items:
-        CriterionGrade.objects.create(response=response, item=item, passed=True,
-                                      annotator=annotator)  # fmt: skip
+        CriterionGrade.objects.create(project_id=response.project_id, response=response,
+                                      item=item, passed=True, annotator=annotator)  # fmt: skip
 
 
 @pytest.mark.django_db

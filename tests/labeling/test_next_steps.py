@@ -79,6 +79,39 @@ def test_an_admin_walks_the_path_to_a_first_search(
     )
 
 
+@pytest.mark.parametrize(
+    "label",
+    [
+        {"type": "preference", "a": "t0/a", "b": "t0/b", "choice": "a", "annotator": "x"},
+        {"type": "score", "response": "t0/b", "value": 0.5, "provider": "expert"},
+    ],
+    ids=["human-preference", "expert-score"],
+)
+def test_either_kind_of_expert_label_ends_the_labels_step(
+    project: Project, admin_user: User, tmp_path: Path, label: dict[str, object]
+) -> None:
+    """The setup step asks for each kind of label apart: either one alone is enough, and a
+    label of another kind (a true-grader score, a label outside the selection) is not."""
+    records = [
+        {"type": "task", "id": "t0", "prompt": "P", "split": "selection"},
+        {"type": "task", "id": "t1", "prompt": "P", "split": "train"},
+        *(
+            {"type": "response", "id": f"t{i}/{k}", "task": f"t{i}", "content": k}
+            for i in (0, 1)
+            for k in "ab"
+        ),
+        {"type": "score", "response": "t0/a", "value": 0.5, "provider": "true_grader"},
+        {"type": "preference", "a": "t1/a", "b": "t1/b", "choice": "a", "annotator": "x"},
+        {"type": "score", "response": "t1/a", "value": 0.5, "provider": "expert"},
+    ]
+    jsonl_import(project=project, path=write_jsonl(tmp_path / "t.jsonl", records))
+    assert step_for(project, admin_user)[0].startswith("No expert labels yet on the 1 task")
+    jsonl_import(project=project, path=write_jsonl(tmp_path / "l.jsonl", [label]))
+    assert step_for(project, admin_user)[0] == (
+        "1 selection-split task with expert labels: enough to search"
+    )
+
+
 def test_a_reviewer_is_sent_to_unreviewed_rubrics_and_the_home_shows_the_button(
     project: Project, reviewer_user: User, tmp_path: Path
 ) -> None:

@@ -118,6 +118,7 @@ def expert_marks(rubric: Rubric, marks: dict[tuple[str, str], bool], name: str =
     annotator, _ = Annotator.objects.get_or_create(project=rubric.task.project, name=name)
     for (key, word), passed in marks.items():
         CriterionGrade.objects.create(
+            project=rubric.task.project,
             response=Response.objects.get(task=rubric.task, content__startswith=f"{word} answer"),
             item=rubric.items.get(key=key),
             annotator=annotator,
