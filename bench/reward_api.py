@@ -26,8 +26,9 @@ CAPTURE_BLOCK_S seconds, between a token whose capture rate is 0 and one whose r
 (graders/capture.py: that share of the groups graded is stored as captured rollouts once each
 answer is sent), so both arms see the same host, and drift or a noisy neighbour moves both.
 It prints p50 and p99 overhead of each arm and the p99 difference against the 1 ms target
-(capture at 0.05 within 1 ms of capture off), then how many groups were drawn and kept. Give
-it a minute or more (--seconds 60): each arm's p99 rests on its own slowest 1%.
+(capture at 0.05 within 1 ms of capture off), with a 95% interval from resampling the blocks,
+then how many groups were drawn and kept. Give it two minutes or more (--seconds 120): each
+arm's p99 rests on its own slowest 1%.
 
 `--dead-judge` points the project's judge at a port that refuses connections: the first
 requests open the endpoint's circuit breaker (graders/engine/breaker.py, its default policy
@@ -38,7 +39,9 @@ target is a p99 latency under 100 ms. It also prints what the first request took
 
 import argparse
 import asyncio
+import math
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -261,6 +264,25 @@ def arm_of(index: int, block: int) -> str:
     return "on" if block and (index // block) % 2 else "off"
 
 
+def p99_difference_interval(
+    on: dict[int, list[float]], off: dict[int, list[float]], draws: int = 2000, seed: int = 0
+) -> tuple[float, float]:
+    """A 95% interval of p99(on) - p99(off) from a bootstrap over blocks: each draw resamples
+    each arm's blocks with replacement, so the host's slow spells, which come in runs and
+    land in one block or another, count as the noise they are. An A/A run (both arms with
+    capture off) is what tells how wide it is on a host."""
+    rng = random.Random(seed)
+    on_blocks, off_blocks = list(on.values()), list(off.values())
+    if not on_blocks or not off_blocks:
+        return (math.nan, math.nan)
+    differences = []
+    for _ in range(draws):
+        drawn_on = [x for b in rng.choices(on_blocks, k=len(on_blocks)) for x in b]
+        drawn_off = [x for b in rng.choices(off_blocks, k=len(off_blocks)) for x in b]
+        differences.append(percentile(drawn_on, 0.99) - percentile(drawn_off, 0.99))
+    return percentile(differences, 0.025), percentile(differences, 0.975)
+
+
 def capture_summary(rate: float, answered: int) -> str:
     """What capture stored of the `answered` groups sent with the "on" token (warm-up
     included), read once the server is gone."""
@@ -397,9 +419,14 @@ def main() -> None:
     overheads_ms = [(latency - latency_s) * 1000 for latency in ok]
     p50, p99 = percentile(overheads_ms, 0.50), percentile(overheads_ms, 0.99)
     arms: dict[str, list[float]] = {}
+    blocks: dict[str, dict[int, list[float]]] = {}  # arm -> block number -> overheads
     for index, (latency, status) in enumerate(zip(latencies, statuses, strict=True)):
         if status == 200:
-            arms.setdefault(arm_of(index, block), []).append((latency - latency_s) * 1000)
+            overhead = (latency - latency_s) * 1000
+            arms.setdefault(arm_of(index, block), []).append(overhead)
+            if block:
+                arm_blocks = blocks.setdefault(arm_of(index, block), {})
+                arm_blocks.setdefault(index // block, []).append(overhead)
     judge_calls = judge_stats["calls"] - calls_before
     persistent = f"kept {args.conn_max_age} s" if args.conn_max_age else "one per request"
     served = (
@@ -440,8 +467,10 @@ def main() -> None:
             + f"; blocks of {CAPTURE_BLOCK_S:g} s in turn"
         )
         delta = percentile(arms.get("on", [0.0]), 0.99) - percentile(arms.get("off", [0.0]), 0.99)
+        low, high = p99_difference_interval(blocks.get("on", {}), blocks.get("off", {}))
         print(f"ratio:      p99 on - off = {delta:+.1f} ms / {TARGET_CAPTURE_P99_DELTA_MS:g} ms = "
-              f"{delta / TARGET_CAPTURE_P99_DELTA_MS:.2f} (target <= 1)")  # fmt: skip
+              f"{delta / TARGET_CAPTURE_P99_DELTA_MS:.2f} (target <= 1); 95% interval over "
+              f"resampled blocks {low:+.1f} to {high:+.1f} ms")  # fmt: skip
     sent_on = len(arms.get("on", [])) + (WARMUP_REQUESTS // 2 if block else 0)
     print(f"capture:    {capture_summary(args.capture, sent_on)}")
     if args.dead_judge:
