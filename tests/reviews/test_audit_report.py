@@ -140,3 +140,31 @@ def test_flagged_list_and_its_filters(audit: AuditRun) -> None:
     assert texts(domain="tax", author="generated") == ["generated on C"]
     flags = [v.flags for v in audit_flagged(run=audit, domain="legal", author="expert")]
     assert flags == [["unverifiable", "generic", "omission-prone"]]
+
+
+def test_the_shares_are_kept_for_the_same_verdicts_and_recomputed_for_changed_ones(
+    audit: AuditRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.core.cache import cache
+
+    import reviews.audit
+
+    cache.clear()
+    calls: list[int] = []
+    real = reviews.audit.audit_shares
+
+    def counted(criteria: Any) -> Any:
+        calls.append(len(criteria))
+        return real(criteria)
+
+    monkeypatch.setattr(reviews.audit, "audit_shares", counted)
+    first = audit_report(run=audit)
+    assert audit_report(run=audit) == first and calls == [12]  # the bootstrap ran once
+    verdict = AuditVerdict.objects.filter(run=audit, author_kind="expert", error="").first()
+    assert verdict is not None
+    AuditVerdict.objects.filter(pk=verdict.pk).update(grounding="contradicted")
+    changed = audit_report(run=audit)
+    assert calls == [12, 12] and changed != first
+    monkeypatch.setattr(reviews.audit, "audit_shares", real)
+    cache.clear()
+    assert audit_report(run=audit) == changed  # what an empty cache computes
