@@ -32,6 +32,18 @@ BAR_LEFT, BAR_RIGHT, BAR_TOP = 96, 24, 12
 BAR_FILLS = 6
 
 
+def svg_open(
+    width: float, height: float, title: str, description: str, *, css: str = "chart"
+) -> SafeString:
+    """A chart's opening tag: an image to assistive technology, named by `title` and
+    described by `description` (both escaped)."""
+    return format_html(
+        '<svg xmlns="http://www.w3.org/2000/svg" class="{}" viewBox="0 0 {} {}" role="img" '
+        'aria-label="{}"><title>{}</title><desc>{}</desc>',
+        css, width, height, title, title, description,
+    )  # fmt: skip
+
+
 def stacked_bars_svg(
     *,
     title: str,
@@ -47,17 +59,7 @@ def stacked_bars_svg(
     plot_w = WIDTH - BAR_LEFT - BAR_RIGHT
     legend_y = BAR_TOP + len(bars) * (BAR_HEIGHT + BAR_GAP) + 12
     height = legend_y + 24
-    parts = [
-        format_html(
-            '<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {} {}" '
-            'role="img" aria-label="{}"><title>{}</title><desc>{}</desc>',
-            WIDTH,
-            height,
-            title,
-            title,
-            description,
-        )
-    ]
+    parts = [svg_open(WIDTH, height, title, description)]
     for row, (label, counts) in enumerate(bars):
         y = BAR_TOP + row * (BAR_HEIGHT + BAR_GAP)
         parts.append(
@@ -170,17 +172,7 @@ def histogram_svg(
     def y_of(share: float) -> float:
         return bottom - HIST_PLOT * share / top_share
 
-    parts = [
-        format_html(
-            '<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {} {}" '
-            'role="img" aria-label="{}"><title>{}</title><desc>{}</desc>',
-            WIDTH,
-            height,
-            title,
-            title,
-            description,
-        )
-    ]
+    parts = [svg_open(WIDTH, height, title, description)]
     for step in range(5):
         share = top_share * step / 4
         parts.append(
@@ -270,17 +262,7 @@ def heatmap_svg(
     size = len(labels)
     width = HEAT_LEFT + size * HEAT_CELL + 16
     height = HEAT_TOP + size * HEAT_CELL + 16
-    parts = [
-        format_html(
-            '<svg xmlns="http://www.w3.org/2000/svg" class="chart heatmap" viewBox="0 0 {} {}" '
-            'role="img" aria-label="{}"><title>{}</title><desc>{}</desc>',
-            width,
-            height,
-            title,
-            title,
-            description,
-        )
-    ]
+    parts = [svg_open(width, height, title, description, css="chart heatmap")]
     for index, label in enumerate(labels):
         middle = index * HEAT_CELL + HEAT_CELL / 2
         parts.append(

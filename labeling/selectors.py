@@ -243,33 +243,26 @@ def _expert_rubric_responses(project: Project) -> QuerySet[Response]:
     )
 
 
-def _expert_grades(annotator: Annotator) -> QuerySet[CriterionGrade]:
-    """The annotator's grades on expert-rubric criteria of the outer response."""
-    return CriterionGrade.objects.filter(
+def _criterion_grading_open(project: Project, annotator: Annotator) -> QuerySet[Response]:
+    graded = CriterionGrade.objects.filter(
         response=OuterRef("pk"),
         annotator=annotator,
         item__rubric__author_kind="expert",
         item__rubric__origin="",
     )
-
-
-def _criterion_counts(responses: QuerySet[Response], annotator: Annotator) -> QuerySet[Response]:
-    """`responses` with their rubric's item_count and the annotator's graded_count (each
-    null when there are none)."""
     items = RubricItem.objects.filter(
         rubric__task=OuterRef("task"), rubric__author_kind="expert", rubric__origin=""
     )
-    return responses.annotate(
-        item_count=Subquery(items.values("rubric__task").annotate(n=Count("pk")).values("n")[:1]),
-        graded_count=Subquery(
-            _expert_grades(annotator).values("response").annotate(n=Count("pk")).values("n")[:1]
-        ),
-    )
-
-
-def _criterion_grading_open(project: Project, annotator: Annotator) -> QuerySet[Response]:
     return (
-        _criterion_counts(_expert_rubric_responses(project), annotator)
+        _expert_rubric_responses(project)
+        .annotate(
+            item_count=Subquery(
+                items.values("rubric__task").annotate(n=Count("pk")).values("n")[:1]
+            ),
+            graded_count=Subquery(
+                graded.values("response").annotate(n=Count("pk")).values("n")[:1]
+            ),
+        )
         .filter(Q(graded_count__isnull=True) | Q(graded_count__lt=F("item_count")))
         .annotate(
             early=Case(When(task__split__in=[Split.META, Split.SELECTION], then=0), default=1)

@@ -64,6 +64,30 @@ def _reachable(url: str) -> bool:
         return False
 
 
+def service_required(url: str, *, what: str, variable: str) -> None:
+    """Skip the test unless `url`'s server answers, saying which `variable` names another;
+    fail instead where WORKBENCH_REQUIRE_SERVICES=1 (CI), so a missing service is not a pass."""
+    if not _reachable(url):
+        message = f"needs {what} at {url} (set {variable})"
+        if REQUIRE_SERVICES:
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+REDIS_CACHE = os.environ.get("CACHE_TEST_URL", "redis://127.0.0.1:6379/13")
+
+
+def redis_cache_use(settings: Any) -> None:
+    """Django's cache on the test Redis (CACHE_TEST_URL) for this test; skipped without it."""
+    service_required(REDIS_CACHE, what="Redis", variable="CACHE_TEST_URL")
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_CACHE,
+        }
+    }
+
+
 class CeleryWorkers:
     """Real `celery worker` processes on one queue of a real broker, reading and writing the
     test database. A test may start several in turn and kill one as a crash would."""
@@ -112,11 +136,7 @@ def celery_workers(request: Any, transactional_db: Any, tmp_path: Path) -> Itera
 
     if request.param == "redis":
         broker = os.environ.get("CELERY_TEST_BROKER_URL", "redis://127.0.0.1:6379/15")
-        if not _reachable(broker):
-            message = f"needs a broker at {broker} (set CELERY_TEST_BROKER_URL)"
-            if REQUIRE_SERVICES:
-                pytest.fail(message)
-            pytest.skip(message)
+        service_required(broker, what="a broker", variable="CELERY_TEST_BROKER_URL")
         transport_options: dict[str, Any] = {}
     else:
         broker = "filesystem://"

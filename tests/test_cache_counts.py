@@ -9,24 +9,13 @@ import pytest
 from django.core.cache import caches
 
 from config.cache_counts import cache_count
-from tests.conftest import REQUIRE_SERVICES, _reachable
-from tests.security.test_auth_throttle import REDIS_CACHE
+from tests.conftest import redis_cache_use
 
 
 @pytest.fixture(params=["locmem", "redis"])
 def backend(request: Any, settings: Any) -> Iterator[str]:
     if request.param == "redis":
-        if not _reachable(REDIS_CACHE):
-            message = f"needs Redis at {REDIS_CACHE} (set CACHE_TEST_URL)"
-            if REQUIRE_SERVICES:
-                pytest.fail(message)
-            pytest.skip(message)
-        settings.CACHES = {
-            "default": {
-                "BACKEND": "django.core.cache.backends.redis.RedisCache",
-                "LOCATION": REDIS_CACHE,
-            }
-        }
+        redis_cache_use(settings)
     else:
         settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     yield request.param

@@ -25,7 +25,7 @@ from graders import reward_gather
 from graders.models import ApiToken, CapturedGroup, JudgeEndpoint, Metagrader
 from graders.tokens import token_create
 from labeling.models import Project
-from tests.conftest import REQUIRE_SERVICES, _reachable, wait_for
+from tests.conftest import _reachable, service_required, wait_for
 from tests.fakes.openai_server import FakeJudgeServer
 from tests.graders.test_reward_api import (  # noqa: F401 (fixtures)
     grader_of,
@@ -256,11 +256,7 @@ def gunicorn_servers(fake_judge: FakeJudgeServer) -> Iterator[Callable[[int], li
     gunicorn.conf.py) on the test database, sharing Redis as their cache; their base URLs."""
     if connection.vendor != "postgresql":
         pytest.skip("server processes need a database they can share: run with DATABASE_URL")
-    if not _reachable(REDIS_URL):
-        message = f"needs Redis at {REDIS_URL} (set REWARD_GATHER_TEST_REDIS_URL)"
-        if REQUIRE_SERVICES:
-            pytest.fail(message)
-        pytest.skip(message)
+    service_required(REDIS_URL, what="Redis", variable="REWARD_GATHER_TEST_REDIS_URL")
     import redis
 
     redis.Redis.from_url(REDIS_URL).flushdb()  # no groups left over from an earlier run

@@ -18,10 +18,9 @@ from django.test import Client, RequestFactory
 
 from config.login_throttle import login_failure_record
 from labeling.models import Project
-from tests.conftest import REPO, REQUIRE_SERVICES, _reachable
+from tests.conftest import REDIS_CACHE, REPO, redis_cache_use
 
 PASSWORD = "pw-for-tests-1"  # tests/conftest.py's member()
-REDIS_CACHE = os.environ.get("CACHE_TEST_URL", "redis://127.0.0.1:6379/13")
 
 
 @pytest.fixture(autouse=True)
@@ -106,17 +105,7 @@ def test_failures_in_another_process_count_through_the_shared_cache(
     project: Project, settings: Any
 ) -> None:
     """A second web process (here a manage.py process) records the failures; this one refuses."""
-    if not _reachable(REDIS_CACHE):
-        message = f"needs Redis at {REDIS_CACHE} (set CACHE_TEST_URL)"
-        if REQUIRE_SERVICES:
-            pytest.fail(message)
-        pytest.skip(message)
-    settings.CACHES = {
-        "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": REDIS_CACHE,
-        }
-    }
+    redis_cache_use(settings)
     # A name of its own: Redis outlives the test (its lockout expires on its own).
     username = f"shared-{uuid.uuid4().hex[:8]}"
     User.objects.create_user(username, password=PASSWORD)
