@@ -264,6 +264,23 @@ class Response(models.Model):
         return self.messages is not None
 
 
+class ResponseTally(models.Model):
+    """How many responses a task has, kept by the database itself: triggers on
+    labeling_response (migration 0020) add a statement's inserted rows and take away its deleted
+    ones, whichever path wrote them (the ORM, an import's COPY, a capture's eviction, a
+    cascade). The project home sums it over the tasks under an expert rubric instead of
+    counting their 200,000 responses. Nothing in the app writes it; a response never moves to
+    another task (imports refuse that), so updates need no trigger."""
+
+    task = models.OneToOneField(
+        Task, on_delete=models.CASCADE, primary_key=True, related_name="response_tally"
+    )
+    responses = models.PositiveIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.task}: {self.responses} responses"
+
+
 class AuthorKind(models.TextChoices):
     EXPERT = "expert", "Expert"
     GENERATED = "generated", "Generated"
@@ -333,16 +350,21 @@ class RubricRevision(models.Model):
 
 class CriterionGrade(models.Model):
     """An expert's pass or fail on one criterion for one response. `project` is repeated from
-    the response (every write sets it to the response's) so that a project's grades are
-    counted without joining its responses."""
+    the response and `rubric` from the item (every write sets them) so that a project's grades
+    are counted without joining its responses, and an annotator's grades per rubric without
+    joining the items."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
     response = models.ForeignKey(
         Response, on_delete=models.CASCADE, related_name="criterion_grades"
     )
     item = models.ForeignKey(RubricItem, on_delete=models.CASCADE, related_name="grades")
+    # Repeated from the item (every write sets it to the item's), so that an annotator's grades
+    # group by rubric and response from one index, without joining the items.
+    rubric = models.ForeignKey(Rubric, on_delete=models.CASCADE, related_name="+")
     passed = models.BooleanField()
-    annotator = models.ForeignKey(Annotator, on_delete=models.CASCADE)
+    # Indexed first in criterion_grade_annotator, which serves lookups by annotator too.
+    annotator = models.ForeignKey(Annotator, on_delete=models.CASCADE, db_index=False)
     note = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now=True)
 
@@ -351,6 +373,13 @@ class CriterionGrade(models.Model):
             models.UniqueConstraint(
                 fields=["response", "item", "annotator"], name="criterion_grade_unique"
             ),
+        ]
+        # The home's "graded in full" count: an annotator's grades by rubric and response,
+        # read from the index alone.
+        indexes = [
+            models.Index(
+                fields=["annotator", "rubric", "response"], name="criterion_grade_annotator"
+            )
         ]
 
     def __str__(self) -> str:

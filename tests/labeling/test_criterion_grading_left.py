@@ -36,7 +36,8 @@ def _task(project: Project, name: str, criteria: int, author: str = "expert") ->
 def _grade(response: Response, items: list[RubricItem], annotator: Annotator) -> None:
     for item in items:
         CriterionGrade.objects.create(project_id=response.project_id, response=response,
-                                      item=item, passed=True, annotator=annotator)  # fmt: skip
+                                      item=item, rubric_id=item.rubric_id, passed=True,
+                                      annotator=annotator)  # fmt: skip
 
 
 @pytest.mark.django_db
