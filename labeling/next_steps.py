@@ -60,8 +60,21 @@ def next_step(access: ProjectAccess, user: object) -> NextStep | None:
     return None
 
 
+# Past this many, the expert's step says "1,000+ pairs to label": counting a queue of 50,000
+# open pairs cost the home 50 ms on the bench project, and the number changes nothing for
+# someone about to label the next one.
+WAITING_CAP = 1000
+
+
 def _plural(count: int, noun: str) -> str:
     return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+def _waiting(count: int, noun: str) -> str:
+    """`count` of `noun`, or WAITING_CAP+ for a count that stopped above the cap."""
+    if count > WAITING_CAP:
+        return f"{WAITING_CAP:,}+ {noun}s"
+    return _plural(count, noun)
 
 
 def _expert_step(access: ProjectAccess, user: object) -> NextStep | None:
@@ -76,16 +89,18 @@ def _expert_step(access: ProjectAccess, user: object) -> NextStep | None:
     # EXISTS rather than a join with DISTINCT: a pair counts once however many slots are open.
     open_slot = QueueSlot.objects.filter(pair=OuterRef("pk"), done_at__isnull=True)
     pairs = (
-        QueuePair.objects.filter(Exists(open_slot), project=project).exclude(Exists(served)).count()
+        QueuePair.objects.filter(Exists(open_slot), project=project)
+        .exclude(Exists(served))[: WAITING_CAP + 1]
+        .count()
     )
-    responses = criterion_grading_left(project=project, annotator=annotator)
+    responses = criterion_grading_left(project=project, annotator=annotator, cap=WAITING_CAP)
     if not pairs and not responses:
         return None
     waiting = [
         text
         for count, text in (
-            (pairs, _plural(pairs, "pair") + " to label"),
-            (responses, _plural(responses, "response") + " to grade"),
+            (pairs, _waiting(pairs, "pair") + " to label"),
+            (responses, _waiting(responses, "response") + " to grade"),
         )
         if count
     ]

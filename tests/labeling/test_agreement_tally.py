@@ -103,3 +103,38 @@ def test_the_pages_read_a_fixed_number_of_statements(
     with CaptureQueriesContext(connection) as more:
         assert client.get(url).status_code == 200
     assert len(more) == len(few) <= 16
+
+
+def _groupings(run: CaptureQueriesContext) -> int:
+    return sum("array_agg" in query["sql"] for query in run.captured_queries)
+
+
+@only_postgresql
+def test_the_grouped_rows_are_reused_until_a_label_is_added_retired_or_deleted(
+    project: Project,
+) -> None:
+    random_labels(project, 7)
+    current = Preference.objects.filter(annotator__project=project, is_current=True)
+    first = _tally(project, current)
+    with CaptureQueriesContext(connection) as again:
+        assert _tally(project, current) == first
+    assert _groupings(again) == 0
+    label = current.order_by("pk").first()
+    assert label is not None
+    # A revision retires a row and adds one (two changes here); a deletion (a response removed) only
+    # takes rows away. Each is counted anew and agrees with Python's count of the labels.
+    changes = [
+        lambda: Preference.objects.filter(pk=label.pk).update(is_current=False),
+        lambda: Preference.objects.create(
+            task=label.task, response_a=label.response_a, response_b=label.response_b,
+            dimension=label.dimension, provider=label.provider, annotator=label.annotator,
+            choice="tie" if label.choice != "tie" else "a",
+        ),  # fmt: skip
+        lambda: Preference.objects.filter(pk=current.order_by("pk")[5].pk).delete(),
+    ]
+    for change in changes:
+        change()
+        with CaptureQueriesContext(connection) as run:
+            counted = _tally(project, current)
+        assert _groupings(run) == 1
+        assert counted == tally(_labels(current))

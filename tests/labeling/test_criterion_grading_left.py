@@ -6,6 +6,8 @@ one), and the count's statements do not grow with the responses."""
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from labeling.models import (
     Annotator,
@@ -59,3 +61,28 @@ def test_the_count_is_the_open_list_in_every_state(project: Project) -> None:
     assert full.pk not in open_ids and partial.pk in open_ids and empty_a.pk in open_ids
     assert criterion_grading_left(project=project, annotator=me) == len(open_ids) == 5
     assert criterion_grading_left(project=project, annotator=other) == 5
+
+
+@pytest.mark.django_db
+def test_a_capped_count_is_exact_up_to_the_cap_and_cap_plus_one_past_it(
+    project: Project,
+) -> None:
+    me = Annotator.objects.create(project=project, name="me")
+    (full, partial, _), items = _task(project, "t1", 3)
+    _grade(full, items, me)
+    _grade(partial, items[:2], me)
+    _task(project, "t2", 2)
+    # 6 under rubric, 5 grades of mine, 1 response graded in full: 5 left.
+    assert criterion_grading_left(project=project, annotator=me) == 5
+    # With a cap c: the count up to c, then c + 1.
+    assert [criterion_grading_left(project=project, annotator=me, cap=c) for c in range(7)] == [
+        1, 2, 3, 4, 5, 5, 5
+    ]  # fmt: skip
+    # 6 under rubric less my 5 grades leaves more than cap 0 whatever I graded in full: the
+    # grouped count is skipped. Not so for cap 1.
+    for cap, grouped in ((0, False), (1, True)):
+        with CaptureQueriesContext(connection) as ran:
+            criterion_grading_left(project=project, annotator=me, cap=cap)
+        assert any("GROUP BY rubric_id, response_id" in q["sql"] for q in ran) is grouped
+    assert criterion_grading_left(project=project, annotator=None, cap=4) == 5
+    assert criterion_grading_left(project=project, annotator=None, cap=6) == 6

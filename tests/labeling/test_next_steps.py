@@ -8,6 +8,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
+from labeling import next_steps
 from labeling.access import ProjectAccess
 from labeling.imports import jsonl_import
 from labeling.models import Annotator, Membership, Project, Role, Task
@@ -146,3 +147,15 @@ def test_the_home_counts_for_a_new_expert_without_making_their_annotator_row(
     # The counts are those the annotator row, once the queue makes it, would give.
     annotator_for_user(project=queued, user=eve)
     assert step_for(queued, eve)[0] == text
+
+
+def test_an_expert_step_stops_counting_past_the_cap(
+    queued: Project,  # noqa: F811 (the fixture imported above)
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    eve = member(queued, "eve", Role.EXPERT)
+    waiting = int(step_for(queued, eve)[0].split()[0])
+    monkeypatch.setattr(next_steps, "WAITING_CAP", waiting - 1)
+    assert step_for(queued, eve)[0] == f"{waiting - 1}+ pairs to label"
+    monkeypatch.setattr(next_steps, "WAITING_CAP", waiting)
+    assert step_for(queued, eve)[0] == f"{waiting} pairs to label"
