@@ -126,10 +126,14 @@ def test_the_grouped_rows_are_reused_until_a_label_is_added_retired_or_deleted(
     changes = [
         lambda: Preference.objects.filter(pk=label.pk).update(is_current=False),
         lambda: Preference.objects.create(
-            task=label.task, response_a=label.response_a, response_b=label.response_b,
-            dimension=label.dimension, provider=label.provider, annotator=label.annotator,
+            task=label.task,
+            response_a=label.response_a,
+            response_b=label.response_b,
+            dimension=label.dimension,
+            provider=label.provider,
+            annotator=label.annotator,
             choice="tie" if label.choice != "tie" else "a",
-        ),  # fmt: skip
+        ),
         lambda: Preference.objects.filter(pk=current.order_by("pk")[5].pk).delete(),
     ]
     for change in changes:
