@@ -41,7 +41,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, OuterRef, Q, Subquery
 
 from graders.engine.capture_client import capture_task_id, response_content_hash
 from graders.engine.programs import ResponseInput
@@ -120,8 +120,10 @@ class CaptureOrigin:
 
     project: Project
     source: str
-    token: ApiToken | None = None
-    metagrader: Metagrader | None = None
+    # By id: a worker stores what a web process drew, and the row may be gone by then; the
+    # group's INSERT looks each up in the project (_owner), so none costs a query of its own.
+    token_id: int | None = None
+    metagrader_id: int | None = None
 
 
 @dataclass
@@ -172,7 +174,7 @@ def reward_capture(
     only: the group is built and handed on by the CaptureWriter (capture_submit)."""
     if not _drawn(capture_rate(token), rng):
         return None
-    origin = CaptureOrigin(token.project, CaptureSource.REWARD, token, metagrader)
+    origin = CaptureOrigin(token.project, CaptureSource.REWARD, token.pk, metagrader.pk)
     return partial(capture_submit, partial(_reward_groups, data, tuple(rewards)), origin)
 
 
@@ -213,7 +215,7 @@ def get_reward_capture(
     drawn = [rows for rows in rows_by_prompt.values() if _drawn(rate, rng)]
     if not drawn:
         return None
-    origin = CaptureOrigin(token.project, CaptureSource.GET_REWARD, token, metagrader)
+    origin = CaptureOrigin(token.project, CaptureSource.GET_REWARD, token.pk, metagrader.pk)
     return partial(capture_submit, partial(_get_reward_groups, data, payload, drawn), origin)
 
 
@@ -396,8 +398,8 @@ def origin_json(origin: CaptureOrigin) -> dict[str, Any]:
     return {
         "project": origin.project.pk,
         "source": origin.source,
-        "token": None if origin.token is None else origin.token.pk,
-        "metagrader": None if origin.metagrader is None else origin.metagrader.pk,
+        "token": origin.token_id,
+        "metagrader": origin.metagrader_id,
     }
 
 
@@ -413,16 +415,7 @@ def capture_groups_store(
             "capture: project %s is gone; %d groups dropped", origin["project"], len(groups)
         )
         return CaptureReport().as_json()
-    stored_origin = CaptureOrigin(
-        project,
-        origin["source"],
-        ApiToken.objects.filter(pk=origin["token"], project=project).first()
-        if origin["token"] is not None
-        else None,
-        Metagrader.objects.filter(pk=origin["metagrader"], project=project).defer("program").first()
-        if origin["metagrader"] is not None
-        else None,
-    )
+    stored_origin = CaptureOrigin(project, origin["source"], origin["token"], origin["metagrader"])
     return capture_store(groups=[group_parse(g) for g in groups], origin=stored_origin).as_json()
 
 
@@ -516,8 +509,8 @@ def _group_store(group: CaptureGroup, origin: CaptureOrigin, rng: random.Random)
         task=task,
         slot=slot,
         source=origin.source,
-        metagrader=origin.metagrader,
-        token=origin.token,
+        metagrader_id=_owner(Metagrader, origin.metagrader_id, origin.project),
+        token_id=_owner(ApiToken, origin.token_id, origin.project),
         run=group.run,
         step=group.step,
     )
@@ -546,6 +539,15 @@ def _group_store(group: CaptureGroup, origin: CaptureOrigin, rng: random.Random)
     report.captured_groups = 1
     report.captured_responses = len(stored)
     return report
+
+
+def _owner(model: type[ApiToken | Metagrader], pk: int | None, project: Project) -> Any:
+    """The row `pk` of `model` in `project` as a subquery of the group's INSERT: null when
+    there is none (or no longer one), so a token or grader deleted since the draw leaves the
+    group without it, as deleting one later would."""
+    if pk is None:
+        return None
+    return Subquery(model.objects.filter(pk=pk, project=project).values("pk")[:1])
 
 
 def _response_id(task: Task, digest: str) -> str:
@@ -724,7 +726,7 @@ def capture_log_store(
     line; every group goes through the reservoir and dedup as sampled API traffic does, at
     rate 1 (the sender chose what to send)."""
     groups = capture_log_parse(project=project, body=body)
-    origin = CaptureOrigin(project, CaptureSource.BULK, token)
+    origin = CaptureOrigin(project, CaptureSource.BULK, token.pk)
     report = CaptureReport()
     for group in groups:
         report.add(_group_store(group, origin, rng))

@@ -16,6 +16,7 @@ from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 import graders.capture
@@ -25,13 +26,16 @@ from graders.capture import (
     CaptureOrigin,
     CaptureTask,
     CaptureWriter,
+    capture_groups_store,
     capture_store,
     get_reward_capture,
     group_json,
     group_parse,
+    origin_json,
     reservoir_slot,
     reward_capture,
 )
+from graders.engine.baseline import baseline_program
 from graders.engine.capture_client import capture_task_id
 from graders.engine.programs import ResponseInput
 from graders.models import (
@@ -43,6 +47,7 @@ from graders.models import (
     JudgeEndpoint,
     Metagrader,
 )
+from graders.services import metagrader_register
 from graders.tokens import token_create, token_revoke
 from labeling.imports import jsonl_import
 from labeling.models import (
@@ -127,10 +132,11 @@ def group_body(words: list[str], **extra: Any) -> dict[str, Any]:
 
 def test_captured_share_of_many_groups_is_the_rate(capture_project: Project) -> None:
     token = ApiToken(project=capture_project, capture_rate=0.05)
+    grader = Metagrader(pk=1, project=capture_project)  # only drawn for: never read
     data = group_body(["GOOD", "POOR"])
     rng = random.Random(3)
     drawn = sum(
-        reward_capture(token=token, metagrader=None, data=data, rewards=[0.9, 0.1], rng=rng)  # type: ignore[arg-type]
+        reward_capture(token=token, metagrader=grader, data=data, rewards=[0.9, 0.1], rng=rng)
         is not None
         for _ in range(4000)
     )
@@ -307,6 +313,40 @@ def test_storage_per_task_is_capped(capture_project: Project, settings: Any) -> 
     # Pushed-out groups took their responses with them: 4 groups of 2 remain.
     assert Response.objects.filter(task__external_id="t0").count() == 8
     assert CapturedResponse.objects.count() == 8
+
+
+def test_a_worker_reads_no_token_or_grader_for_a_group_it_does_not_keep(
+    scalar: Metagrader, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker stores by ids (origin_json): a group past a full reservoir costs its task,
+    reservoir and dedup statements only; a kept one names its owners inside its INSERT."""
+    settings.CAPTURE_GROUPS_PER_TASK = 1
+    project = scalar.project
+    token = token_create(project=project, name="t", scopes=["reward"])[0]
+    origin = origin_json(CaptureOrigin(project, CaptureSource.REWARD, token.pk, scalar.pk))
+    owners = ("graders_apitoken", "graders_metagrader")
+
+    def store(words: list[str]) -> list[str]:
+        body = group_body(words)
+        group = CaptureGroup(
+            CaptureTask(stored_id="t0", prompt=""),
+            tuple(ResponseInput(r["id"], r["content"]) for r in body["responses"]),
+            (0.9, 0.1), "run", 1,
+        )  # fmt: skip
+        with CaptureQueriesContext(connection) as ran:
+            capture_groups_store([group_json(group)], origin)
+        return [query["sql"] for query in ran.captured_queries]
+
+    kept = store(["GOOD", "POOR"])
+    assert not any(q.startswith("SELECT") and any(o in q for o in owners) for q in kept)
+    assert (CapturedGroup.objects.get().metagrader_id, CapturedGroup.objects.get().token_id) == (
+        scalar.pk,
+        token.pk,
+    )
+    monkeypatch.setattr(graders.capture, "reservoir_slot", lambda **_: None)  # not kept
+    skipped = store(["OKAY", "FINE"])
+    assert CaptureReservoir.objects.get().groups_seen == 2 and CapturedGroup.objects.count() == 1
+    assert not any(o in q for q in skipped for o in owners)
 
 
 def label(a: Response, b: Response, annotator: Annotator) -> None:
@@ -512,20 +552,25 @@ def test_the_writer_hands_drawn_groups_to_a_worker_which_stores_them(
     settings: Any, monkeypatch: pytest.MonkeyPatch, celery_workers: CeleryWorkers
 ) -> None:
     """The web process only sends the group: the worker (its own process, a real broker)
-    stores it."""
+    stores it, with the token that sent it and without the grader that graded it, deleted
+    between the draw and the store."""
     settings.CAPTURE_QUEUE_SIZE = 4
     monkeypatch.setattr(CaptureWriter, "_current", None)  # a writer of this size, this test's
     project = Project.objects.create(slug="acme", name="Acme", capture_rate=1.0)
     Task.objects.create(project=project, external_id="t0", prompt="Review contract 0")
     token = token_create(project=project, name="t", scopes=["reward"])[0]
+    grader = metagrader_register(
+        project=project, program=baseline_program("scalar").to_json(), origin="baseline"
+    )
     celery_workers.start()
     store = reward_capture(
         token=token,
-        metagrader=None,
+        metagrader=grader,
         data=group_body(["GOOD", "POOR"], step=5),
-        rewards=[0.9, None],  # type: ignore[arg-type]
+        rewards=[0.9, None],
     )
     assert store is not None
+    Metagrader.objects.filter(pk=grader.pk).delete()
     store()
     writer = CaptureWriter.get()
     writer.queue.join()
@@ -533,6 +578,7 @@ def test_the_writer_hands_drawn_groups_to_a_worker_which_stores_them(
     assert wait_for(CapturedGroup.objects.exists, timeout=60), "no worker stored the group"
     group = CapturedGroup.objects.get()
     assert (group.step, group.token_id, group.source) == (5, token.pk, CaptureSource.REWARD)
+    assert group.metagrader_id is None
     members = group.members.order_by("position")
     assert [(m.position, m.reward) for m in members] == [(0, 0.9), (1, None)]
     assert [m.response.content for m in members] == ["GOOD answer", "POOR answer"]
@@ -556,9 +602,10 @@ def test_with_the_broker_away_a_drawn_group_is_logged_and_lost_without_holding_a
     try:
         project = Project.objects.create(slug="acme", name="Acme", capture_rate=1.0)
         token = token_create(project=project, name="t", scopes=["reward"])[0]
+        grader = Metagrader(pk=1, project=project)  # only drawn for: never read
         store = reward_capture(
-            token=token, metagrader=None, data=group_body(["GOOD", "POOR"]), rewards=[0.9, 0.1]
-        )  # type: ignore[arg-type]
+            token=token, metagrader=grader, data=group_body(["GOOD", "POOR"]), rewards=[0.9, 0.1]
+        )
         assert store is not None
         store()  # what the answer's close() runs: it raises nothing
         writer = CaptureWriter.get()
