@@ -202,9 +202,9 @@ def _expert_data(cursor: Any, project_id: int, grader_annotator: int) -> None:
         [project_id],
     )
     cursor.execute(
-        """INSERT INTO labeling_criteriongrade (project_id, response_id, item_id, rubric_id,
-               passed, annotator_id, note, created_at)
-           SELECT r.project_id, r.id, i.id, rb.id, (r.id + i.id) %% 3 > 0, %s, '', now()
+        """INSERT INTO labeling_criteriongrade (project_id, response_id, item_id, passed,
+               annotator_id, note, created_at)
+           SELECT r.project_id, r.id, i.id, (r.id + i.id) %% 3 > 0, %s, '', now()
            FROM labeling_rubric rb JOIN labeling_task t ON t.id = rb.task_id
            JOIN labeling_rubricitem i ON i.rubric_id = rb.id
            JOIN labeling_queuepair p ON p.task_id = t.id

@@ -23,12 +23,11 @@ def criterion_grades_submit(
 ) -> int:
     """Store one pass/fail mark (and optional note) per expert rubric item; every item must be
     marked. Submitting again replaces the annotator's marks. Returns the number stored."""
-    rubric_of = dict(
+    items = set(
         RubricItem.objects.filter(
             rubric__task_id=response.task_id, rubric__author_kind="expert", rubric__origin=""
-        ).values_list("pk", "rubric_id")
+        ).values_list("pk", flat=True)
     )
-    items = set(rubric_of)
     given = {mark.item_id for mark in marks}
     if given - items:
         raise GradesRejected("a mark refers to an item that is not in this task's expert rubric")
@@ -43,7 +42,6 @@ def criterion_grades_submit(
                     project_id=response.project_id,
                     response=response,
                     item_id=mark.item_id,
-                    rubric_id=rubric_of[mark.item_id],
                     annotator=annotator,
                     passed=mark.passed,
                     note=mark.note.strip(),

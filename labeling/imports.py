@@ -577,12 +577,10 @@ class _Writer:
         responses = self.responses_by_id({r.response for _, r in batch})
         task_pks = {task for _, task in responses.values()}
         items = {
-            (task, kind, origin, key): (pk, rubric)
-            for pk, rubric, task, kind, origin, key in RubricItem.objects.filter(
+            (task, kind, origin, key): pk
+            for pk, task, kind, origin, key in RubricItem.objects.filter(
                 rubric__task_id__in=task_pks
-            ).values_list(
-                "pk", "rubric_id", "rubric__task_id", "rubric__author_kind", "rubric__origin", "key"
-            )
+            ).values_list("pk", "rubric__task_id", "rubric__author_kind", "rubric__origin", "key")
         }
         annotators = self.annotators_by_name({r.annotator for _, r in batch})
         held = {
@@ -597,7 +595,7 @@ class _Writer:
                 self.missing(line, "response", "response", r.response)
                 continue
             response_pk, task_pk = responses[r.response]
-            item_pk, rubric_pk = items.get((task_pk, r.rubric, r.origin, r.item), (None, None))
+            item_pk = items.get((task_pk, r.rubric, r.origin, r.item))
             if item_pk is None:
                 self.errors.add(
                     line, "item", f"item {r.item!r} is not in the task's {r.rubric} rubric"
@@ -610,7 +608,6 @@ class _Writer:
                     project=self.project,
                     response_id=response_pk,
                     item_id=item_pk,
-                    rubric_id=rubric_pk,
                     passed=r.passed,
                     annotator_id=annotators[r.annotator],
                     note=r.note,

@@ -12,6 +12,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from labeling import next_steps
 from labeling.access import Perm, ProjectAccess, project_access
 from labeling.agreement_charts import confidence_bars, kappa_heatmap
 from labeling.agreement_stats import tally_annotator_summaries, tally_report
@@ -249,7 +250,12 @@ def _grading_card(
         "project": access.project,
         "grading": grading,
         "error": error,
-        "left": criterion_grading_left(project=access.project, annotator=annotator),
+        "left": next_steps.waiting_text(
+            criterion_grading_left(
+                project=access.project, annotator=annotator, cap=next_steps.WAITING_CAP
+            ),
+            "response",
+        ),
         "shortcuts": GRADE_SHORTCUTS,
     }
     template = "labeling/grade.html" + ("#grading-card" if fragment else "")

@@ -350,21 +350,16 @@ class RubricRevision(models.Model):
 
 class CriterionGrade(models.Model):
     """An expert's pass or fail on one criterion for one response. `project` is repeated from
-    the response and `rubric` from the item (every write sets them) so that a project's grades
-    are counted without joining its responses, and an annotator's grades per rubric without
-    joining the items."""
+    the response (every write sets it to the response's) so that a project's grades are
+    counted without joining its responses."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
     response = models.ForeignKey(
         Response, on_delete=models.CASCADE, related_name="criterion_grades"
     )
     item = models.ForeignKey(RubricItem, on_delete=models.CASCADE, related_name="grades")
-    # Repeated from the item (every write sets it to the item's), so that an annotator's grades
-    # group by rubric and response from one index, without joining the items.
-    rubric = models.ForeignKey(Rubric, on_delete=models.CASCADE, related_name="+")
     passed = models.BooleanField()
-    # Indexed first in criterion_grade_annotator, which serves lookups by annotator too.
-    annotator = models.ForeignKey(Annotator, on_delete=models.CASCADE, db_index=False)
+    annotator = models.ForeignKey(Annotator, on_delete=models.CASCADE)
     note = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now=True)
 
@@ -373,13 +368,6 @@ class CriterionGrade(models.Model):
             models.UniqueConstraint(
                 fields=["response", "item", "annotator"], name="criterion_grade_unique"
             ),
-        ]
-        # The home's "graded in full" count: an annotator's grades by rubric and response,
-        # read from the index alone.
-        indexes = [
-            models.Index(
-                fields=["annotator", "rubric", "response"], name="criterion_grade_annotator"
-            )
         ]
 
     def __str__(self) -> str:

@@ -60,9 +60,9 @@ def next_step(access: ProjectAccess, user: object) -> NextStep | None:
     return None
 
 
-# Past this many, the expert's step says "1,000+ pairs to label": counting a queue of 50,000
-# open pairs cost the home 50 ms on the bench project, and the number changes nothing for
-# someone about to label the next one.
+# Past this many, an expert is told "1,000+ pairs to label" (the home) or "1,000+ responses
+# left" (the grading page): counting a queue of 50,000 open pairs cost the home 50 ms on the
+# bench project, and the number changes nothing for someone about to label the next one.
 WAITING_CAP = 1000
 
 
@@ -70,7 +70,7 @@ def _plural(count: int, noun: str) -> str:
     return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
-def _waiting(count: int, noun: str) -> str:
+def waiting_text(count: int, noun: str) -> str:
     """`count` of `noun`, or WAITING_CAP+ for a count that stopped above the cap."""
     if count > WAITING_CAP:
         return f"{WAITING_CAP:,}+ {noun}s"
@@ -99,8 +99,8 @@ def _expert_step(access: ProjectAccess, user: object) -> NextStep | None:
     waiting = [
         text
         for count, text in (
-            (pairs, _waiting(pairs, "pair") + " to label"),
-            (responses, _waiting(responses, "response") + " to grade"),
+            (pairs, waiting_text(pairs, "pair") + " to label"),
+            (responses, waiting_text(responses, "response") + " to grade"),
         )
         if count
     ]

@@ -151,7 +151,6 @@ def _grades_restore(rubric: Rubric, kept: list[RubricItem]) -> int:
                 project_id=project_id,
                 response_id=grade.response_id,
                 item=by_key[grade.item_key],
-                rubric=rubric,
                 annotator_id=grade.annotator_id,
                 passed=grade.passed,
                 note=grade.note,

@@ -148,3 +148,15 @@ def test_criterion_grading_ignores_expert_rubrics_with_an_origin(
         "No responses with an expert rubric"
         in client.get(reverse("grade", args=["acme"])).content.decode()
     )
+
+
+def test_the_grading_page_says_how_many_are_left_up_to_the_cap(
+    secretive: Project, expert_user: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from labeling import next_steps
+
+    client = client_for(expert_user)
+    grade = reverse("grade", args=["acme"])
+    assert "2 responses left to grade" in client.get(grade).content.decode()
+    monkeypatch.setattr(next_steps, "WAITING_CAP", 1)
+    assert "1+ responses left to grade" in client.get(grade).content.decode()

@@ -121,7 +121,6 @@ def expert_marks(rubric: Rubric, marks: dict[tuple[str, str], bool], name: str =
             project=rubric.task.project,
             response=Response.objects.get(task=rubric.task, content__startswith=f"{word} answer"),
             item=rubric.items.get(key=key),
-            rubric=rubric,
             annotator=annotator,
             passed=passed,
         )
