@@ -64,9 +64,12 @@ from bench.judge_throughput import JudgeServerProcess  # noqa: E402
 TARGET_P99_OVERHEAD_MS = 10.0
 TARGET_DEAD_JUDGE_P99_MS = 100.0
 TARGET_CAPTURE_P99_DELTA_MS = 1.0
-# --capture: the arms take turns in blocks this long, so that capture work an "on" block
-# leaves in the background spills into at most the start of the next "off" block.
-CAPTURE_BLOCK_S = 5.0
+# --capture: the arms take turns in blocks this long. Long enough that capture work an "on"
+# block leaves in the background (a send after each drawn answer, the worker's store: a few
+# ms) reaches only the first few requests of the next "off" block; short enough that the
+# backlog a host stall builds (runs of 200 to 800 ms on a 2-core host) spills over both arms
+# instead of landing in one. In 5 s blocks such runs decided which arm had the higher p99.
+CAPTURE_BLOCK_S = 1.0
 # In every failed grade of a dead judge's answer once the breaker is open.
 UNREACHABLE = b"unreachable"
 WARMUP_REQUESTS = 40

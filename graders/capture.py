@@ -345,7 +345,22 @@ def capture_send(build: Callable[[], Sequence[CaptureGroup]], origin: CaptureOri
     from config.celery import app
 
     groups = [group_json(group) for group in build()]
-    app.send_task(CAPTURE_TASK, args=(groups, origin_json(origin)), retry=False)
+    app.send_task(
+        CAPTURE_TASK,
+        args=(groups, origin_json(origin)),
+        retry=False,
+        # Celery's default is a safe repr of the arguments, for monitoring tools: walking the
+        # groups' nested JSON for it took a quarter of the send's CPU, 0.3 of 1.1 ms of the
+        # web process's interpreter per group.
+        argsrepr=capture_message_summary(groups, origin),
+        kwargsrepr="{}",
+    )
+
+
+def capture_message_summary(groups: Sequence[Mapping[str, Any]], origin: CaptureOrigin) -> str:
+    """What a capture message says of itself in its headers: counts, never content."""
+    responses = sum(len(group["responses"]) for group in groups)
+    return f"<{len(groups)} groups, {responses} responses for project {origin.project.pk}>"
 
 
 def group_json(group: CaptureGroup) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from graders.capture import (
     CaptureTask,
     CaptureWriter,
     capture_groups_store,
+    capture_send,
     capture_store,
     get_reward_capture,
     group_json,
@@ -615,6 +616,41 @@ def test_with_the_broker_away_a_drawn_group_is_logged_and_lost_without_holding_a
         app.conf.broker_url, app.conf.broker_transport_options = previous
         _broker_pools_reset(app)
     assert not CapturedGroup.objects.exists()
+
+
+def test_a_capture_message_names_counts_in_its_headers_and_carries_the_groups_in_its_body(
+    settings: Any,
+) -> None:
+    """Its argsrepr header is a summary made without walking the groups (Celery's default
+    repr of them cost a quarter of the send), and never quotes their text."""
+    from config.celery import app
+
+    previous = (app.conf.broker_url, app.conf.broker_transport_options)
+    app.conf.broker_url, app.conf.broker_transport_options = "memory://", {}
+    _broker_pools_reset(app)
+    try:
+        project = Project.objects.create(slug="acme", name="Acme", capture_rate=1.0)
+        origin = CaptureOrigin(project, CaptureSource.REWARD, token_id=3, metagrader_id=4)
+        group = CaptureGroup(
+            CaptureTask("t0", ""),
+            (ResponseInput("0", "GOOD answer"), ResponseInput("1", "POOR answer")),
+            (0.9, 0.1),
+        )
+        capture_send(lambda: [group], origin)
+        with app.connection_for_read() as connection:
+            queue = connection.SimpleQueue(app.conf.task_default_queue)
+            message = queue.get(timeout=5)
+            message.ack()
+            queue.close()
+    finally:
+        app.conf.broker_url, app.conf.broker_transport_options = previous
+        _broker_pools_reset(app)
+    headers = json.dumps(message.headers)
+    assert "GOOD" not in headers and "POOR" not in headers
+    assert message.headers["argsrepr"] == f"<1 groups, 2 responses for project {project.pk}>"
+    args, _, _ = message.decode()
+    assert [group_parse(g) for g in args[0]] == [group]
+    assert args[1] == origin_json(origin)
 
 
 def test_a_group_reads_back_from_its_message_as_it_was_sent() -> None:
