@@ -39,6 +39,7 @@ target is a p99 latency under 100 ms. It also prints what the first request took
 
 import argparse
 import asyncio
+import gc
 import math
 import os
 import random
@@ -241,9 +242,7 @@ async def load(
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         start = time.perf_counter() + 0.05
 
-        async def one(index: int) -> None:
-            scheduled = start + index / rate
-            await asyncio.sleep(max(0.0, scheduled - time.perf_counter()))
+        async def one(index: int, scheduled: float) -> None:
             payload = body(target, first + index, responses, endpoint)
             nonlocal unreachable
             try:
@@ -256,9 +255,48 @@ async def load(
                 statuses[index] = 0  # refused or reset: a failed request, counted below
             latencies[index] = time.perf_counter() - scheduled
 
-        await asyncio.gather(*(one(index) for index in range(count)))
+        # Each request's coroutine is made when it is due, not all at the start: a client
+        # holding the whole run's coroutines (30,000 in ten minutes) paused for hundreds of
+        # ms in each full collection of its garbage collector, and every request it was about
+        # to send or read meanwhile was charged the pause (PauseMeter reports what is left).
+        in_flight: set[asyncio.Task[None]] = set()
+        for index in range(count):
+            scheduled = start + index / rate
+            await asyncio.sleep(max(0.0, scheduled - time.perf_counter()))
+            task = asyncio.create_task(one(index, scheduled))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+        await asyncio.gather(*in_flight)
         elapsed = time.perf_counter() - start
     return latencies, statuses, elapsed, unreachable
+
+
+class PauseMeter:
+    """The longest and the total time this process's garbage collector held the interpreter
+    while on: a pause of the client delays every request it was about to send or read, and
+    the bench would charge that to the server."""
+
+    def __init__(self) -> None:
+        self.longest_s = 0.0
+        self.total_s = 0.0
+        self.collections = 0
+        self._started = 0.0
+
+    def __enter__(self) -> "PauseMeter":
+        gc.callbacks.append(self._observe)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._observe)
+
+    def _observe(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        pause = time.perf_counter() - self._started
+        self.longest_s = max(self.longest_s, pause)
+        self.total_s += pause
+        self.collections += 1
 
 
 def arm_of(index: int, block: int) -> str:
@@ -394,18 +432,19 @@ def main() -> None:
                 if postmaster is not None:
                     roots["PostgreSQL"] = postmaster
                 meter.start(roots | {"fake judge": judge.pid, "bench client": os.getpid()})
-            latencies, statuses, elapsed, unreachable = asyncio.run(
-                load(
-                    url,
-                    target,
-                    rate=args.rate,
-                    count=count,
-                    responses=args.responses,
-                    first=0,
-                    endpoint=args.endpoint,
-                    block=block,
+            with PauseMeter() as pauses:
+                latencies, statuses, elapsed, unreachable = asyncio.run(
+                    load(
+                        url,
+                        target,
+                        rate=args.rate,
+                        count=count,
+                        responses=args.responses,
+                        first=0,
+                        endpoint=args.endpoint,
+                        block=block,
+                    )
                 )
-            )
             usage = meter.stop() if meter is not None else None
             judge_stats = judge.stats()
         finally:
@@ -483,6 +522,10 @@ def main() -> None:
         )
         print(f"ratio:      p99 latency / {TARGET_DEAD_JUDGE_P99_MS:g} ms = "
               f"{p99_ms / TARGET_DEAD_JUDGE_P99_MS:.2f} (target < 1)")  # fmt: skip
+    print(
+        f"client:     its garbage collector paused it {pauses.collections} times, "
+        f"{pauses.total_s * 1000:.0f} ms in all, the longest {pauses.longest_s * 1000:.1f} ms"
+    )
     if usage is not None:
         spent, steal = usage
         shares = ", ".join(
