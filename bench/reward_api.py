@@ -28,7 +28,9 @@ answer is sent), so both arms see the same host, and drift or a noisy neighbour 
 It prints p50 and p99 overhead of each arm and the p99 difference against the 1 ms target
 (capture at 0.05 within 1 ms of capture off), with a 95% interval from resampling the blocks,
 then how many groups were drawn and kept. Give it two minutes or more (--seconds 120): each
-arm's p99 rests on its own slowest 1%.
+arm's p99 rests on its own slowest 1%. With `--aa` neither arm captures (an A/A run): the
+difference it prints is what this host's noise alone makes of two identical arms, the yardstick
+for the difference a real run prints.
 
 `--dead-judge` points the project's judge at a port that refuses connections: the first
 requests open the endpoint's circuit breaker (graders/engine/breaker.py, its default policy
@@ -91,9 +93,10 @@ def dead_judge_url() -> str:
     return f"http://127.0.0.1:{free_port()}/v1"
 
 
-def setup(judge_url: str, tasks: int, capture_rate: float) -> dict[str, Any]:
+def setup(judge_url: str, tasks: int, capture_rate: float, aa: bool = False) -> dict[str, Any]:
     """A project with `tasks` stored tasks, the fake judge as its default endpoint, a scalar
-    grader, a token and `capture_rate`; returns what the load needs to know."""
+    grader, a token per arm and `capture_rate` (with `aa`, the "on" arm's token says 0 too);
+    returns what the load needs to know."""
     from graders.engine.baseline import baseline_program
     from graders.models import JudgeEndpoint
     from graders.services import metagrader_register
@@ -118,7 +121,7 @@ def setup(judge_url: str, tasks: int, capture_rate: float) -> dict[str, Any]:
     )
     tokens = {}
     # The "off" arm's token says 0 itself; the "on" arm's inherits the project's rate.
-    for arm, rate in (("off", 0.0), ("on", None)):
+    for arm, rate in (("off", 0.0), ("on", 0.0 if aa else None)):
         _, tokens[arm] = token_create(
             project=project, name=f"bench {arm}", scopes=["reward"], rate_per_minute=100_000,
             capture_rate=rate,
@@ -372,12 +375,19 @@ def main() -> None:
         help="the project's capture rate: the share of graded groups stored (0: off)",
     )  # fmt: skip
     parser.add_argument(
+        "--aa", action="store_true",
+        help="with --capture: both arms' tokens capture nothing (an A/A run), which shows how "
+        "far apart two arms' p99 fall on this host when nothing differs",
+    )  # fmt: skip
+    parser.add_argument(
         "--dead-judge", action="store_true",
         help="the judge's port refuses connections: answer times once the breaker is open",
     )  # fmt: skip
     args = parser.parse_args()
     if not 0.0 <= args.capture <= 1.0:
         parser.error("--capture is a share of groups, from 0 to 1")
+    if args.aa and not args.capture:
+        parser.error("--aa compares the two arms of --capture: give --capture RATE too")
     host_ms = cpu_meter.host_speed_ms()  # before anything else loads the machine
 
     bench_environment()
@@ -389,7 +399,7 @@ def main() -> None:
     latency_s = 0.0 if args.dead_judge else args.latency_ms / 1000
     with JudgeServerProcess(latency_s) as judge:
         judge_url = dead_judge_url() if args.dead_judge else judge.base_url
-        target = setup(judge_url, args.tasks, args.capture)
+        target = setup(judge_url, args.tasks, args.capture, aa=args.aa)
         from django.db import connection
 
         connection.close()  # the server process has the database to itself
@@ -510,11 +520,16 @@ def main() -> None:
         )
         delta = percentile(arms.get("on", [0.0]), 0.99) - percentile(arms.get("off", [0.0]), 0.99)
         low, high = p99_difference_interval(blocks.get("on", {}), blocks.get("off", {}))
-        print(f"ratio:      p99 on - off = {delta:+.1f} ms / {TARGET_CAPTURE_P99_DELTA_MS:g} ms = "
-              f"{delta / TARGET_CAPTURE_P99_DELTA_MS:.2f} (target <= 1); 95% interval over "
-              f"resampled blocks {low:+.1f} to {high:+.1f} ms")  # fmt: skip
+        interval = f"95% interval over resampled blocks {low:+.1f} to {high:+.1f} ms"
+        if args.aa:
+            print(f"A/A:        p99 on - off = {delta:+.1f} ms with capture off in both arms; "
+                  f"{interval}")  # fmt: skip
+        else:
+            ratio = delta / TARGET_CAPTURE_P99_DELTA_MS
+            print(f"ratio:      p99 on - off = {delta:+.1f} ms / {TARGET_CAPTURE_P99_DELTA_MS:g} "
+                  f"ms = {ratio:.2f} (target <= 1); {interval}")  # fmt: skip
     sent_on = len(arms.get("on", [])) + (WARMUP_REQUESTS // 2 if block else 0)
-    print(f"capture:    {capture_summary(args.capture, sent_on)}")
+    print(f"capture:    {capture_summary(0.0 if args.aa else args.capture, sent_on)}")
     if args.dead_judge:
         print(
             f"dead judge: {unreachable} of {len(ok)} answers failed with the breaker's reason; "
