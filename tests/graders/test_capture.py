@@ -525,27 +525,86 @@ def test_a_grader_addressed_by_alias_captures_with_the_version_that_graded(
 # The writer thread ----------------------------------------------------------------------------
 
 
+def run_group(run: str, responses: int = 2) -> CaptureGroup:
+    """A group told apart by its run's name."""
+    return CaptureGroup(
+        CaptureTask("t0", ""),
+        tuple(ResponseInput(str(n), f"answer {n}") for n in range(responses)),
+        (None,) * responses,
+        run,
+    )
+
+
+def writer_origin(token_id: int) -> CaptureOrigin:
+    return CaptureOrigin(Project(pk=1, slug="acme"), CaptureSource.REWARD, token_id, 1)
+
+
+class SentMessages(list[tuple[int | None, list[str]]]):
+    """A writer's sender that keeps what each message would carry: its token, its runs."""
+
+    def __call__(self, groups: Any, origin: CaptureOrigin) -> None:
+        self.append((origin.token_id, [group.run for group in groups]))
+
+
 def test_a_full_writer_drops_and_counts_instead_of_blocking(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    writer = CaptureWriter(size=1)
+    sent = SentMessages()
+    writer = CaptureWriter(size=1, batch_s=0.0, send=sent)
     started, release = threading.Event(), threading.Event()
-    done: list[str] = []
 
-    def slow() -> None:
+    def slow() -> list[CaptureGroup]:
         started.set()
         release.wait(timeout=30)
-        done.append("slow")
+        return [run_group("slow")]
 
-    assert writer.submit(slow)
+    assert writer.submit(slow, writer_origin(1))
     assert started.wait(timeout=10)  # the thread holds it; the queue (1) is empty again
-    assert writer.submit(lambda: done.append("queued"))
+    assert writer.submit(lambda: [run_group("queued")], writer_origin(1))
     # The request thread never waits (this test would hang here otherwise).
-    assert not writer.submit(lambda: done.append("dropped"))
+    assert not writer.submit(lambda: [run_group("dropped")], writer_origin(1))
     assert writer.dropped == 1 and "a drawn group was dropped" in caplog.text
     release.set()
     writer.queue.join()
-    assert done == ["slow", "queued"]
+    assert sent == [(1, ["slow"]), (1, ["queued"])]
+
+
+def test_groups_drawn_together_leave_in_one_message_per_origin_within_a_size_bound(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Each send costs the web process's interpreter the same whatever it carries, so the
+    groups queued within batch_s of the first go together, one message per origin; a
+    message stops growing at CAPTURE_BATCH_RESPONSES responses, and a group that fails to
+    build costs only itself."""
+    sent = SentMessages()
+    writer = CaptureWriter(size=16, batch_s=2.0, send=sent)
+    release = threading.Event()
+
+    def held() -> list[CaptureGroup]:  # keeps the others queued until all are in
+        release.wait(timeout=30)
+        return [run_group("a")]
+
+    def broken() -> list[CaptureGroup]:
+        raise ValueError("no such group")
+
+    assert writer.submit(held, writer_origin(1))
+    assert writer.submit(lambda: [run_group("b")], writer_origin(2))
+    assert writer.submit(broken, writer_origin(1))
+    assert writer.submit(lambda: [run_group("c")], writer_origin(1))
+    release.set()
+    writer.queue.join()
+    assert sent == [(1, ["a", "c"]), (2, ["b"])]
+    assert writer.failed == 1 and "building 1 drawn groups failed" in caplog.text
+
+    sent.clear()
+    big = graders.capture.CAPTURE_BATCH_RESPONSES
+    release.clear()
+    assert writer.submit(held, writer_origin(1))  # 2 responses, then one group fills it
+    assert writer.submit(lambda: [run_group("full", big)], writer_origin(1))
+    assert writer.submit(lambda: [run_group("next")], writer_origin(1))
+    release.set()
+    writer.queue.join()
+    assert sent == [(1, ["a", "full"]), (1, ["next"])]
 
 
 @pytest.mark.worker
@@ -611,7 +670,7 @@ def test_with_the_broker_away_a_drawn_group_is_logged_and_lost_without_holding_a
         store()  # what the answer's close() runs: it raises nothing
         writer = CaptureWriter.get()
         writer.queue.join()
-        assert writer.failed == 1 and "capturing a reward request's groups failed" in caplog.text
+        assert writer.failed == 1 and "sending 1 drawn groups failed" in caplog.text
     finally:
         app.conf.broker_url, app.conf.broker_transport_options = previous
         _broker_pools_reset(app)
@@ -636,7 +695,7 @@ def test_a_capture_message_names_counts_in_its_headers_and_carries_the_groups_in
             (ResponseInput("0", "GOOD answer"), ResponseInput("1", "POOR answer")),
             (0.9, 0.1),
         )
-        capture_send(lambda: [group], origin)
+        capture_send([group], origin)
         with app.connection_for_read() as connection:
             queue = connection.SimpleQueue(app.conf.task_default_queue)
             message = queue.get(timeout=5)
