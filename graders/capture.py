@@ -287,8 +287,8 @@ class CaptureWriter:
     a trainer's next request waited for the capture's queries (bench/reward_api.py at rate
     0.05: p99 overhead 12 to 40 ms above capture off). A full queue drops the group, counted
     in `dropped` and logged: capture is a sample, and a slow database must not grow memory.
-    Groups that fail to build or send are counted in `failed` and logged. Queued groups die
-    with the process. A forked process makes its own on first use."""
+    A request whose groups fail to build or send is counted in `failed` and logged. Queued
+    groups die with the process. A forked process makes its own on first use."""
 
     _lock = threading.Lock()
     _current: "CaptureWriter | None" = None
@@ -299,7 +299,7 @@ class CaptureWriter:
         self.pid = os.getpid()
         self.queue: queue.Queue[tuple[GroupsBuild, CaptureOrigin]] = queue.Queue(maxsize=size)
         self.batch_s = batch_s
-        self._send = send
+        self._send = capture_send if send is None else send
         self.dropped = 0
         self.failed = 0
         threading.Thread(target=self._work, name="capture-writer", daemon=True).start()
@@ -331,49 +331,48 @@ class CaptureWriter:
     def _work(self) -> None:
         while True:
             taken, batches = self._gather()
-            send = capture_send if self._send is None else self._send
             try:
-                for origin, groups in batches.items():
+                for origin, (groups, requests) in batches.items():
                     try:
-                        send(groups, origin)
+                        self._send(groups, origin)
                     except Exception:
-                        self._failed(len(groups), "sending")
+                        self._failed(requests, "sending")
             finally:
                 for _ in range(taken):
                     self.queue.task_done()
 
-    def _gather(self) -> tuple[int, dict[CaptureOrigin, list[CaptureGroup]]]:
-        """The next drawn groups, and those queued within batch_s of them, by origin; how
-        many jobs were taken from the queue."""
-        batches: dict[CaptureOrigin, list[CaptureGroup]] = {}
+    def _gather(self) -> tuple[int, dict[CaptureOrigin, tuple[list[CaptureGroup], int]]]:
+        """The next request's drawn groups and those of the requests queued within batch_s of
+        it, by origin, each with how many requests it holds; and how many were taken from the
+        queue."""
+        batches: dict[CaptureOrigin, tuple[list[CaptureGroup], int]] = {}
         taken = responses = 0
-        deadline = None
-        while responses < CAPTURE_BATCH_RESPONSES:
-            try:
-                if deadline is None:
-                    build, origin = self.queue.get()
-                    deadline = time.monotonic() + self.batch_s
-                else:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        break
-                    build, origin = self.queue.get(timeout=left)
-            except queue.Empty:
-                break
+        build, origin = self.queue.get()
+        deadline = time.monotonic() + self.batch_s
+        while True:
             taken += 1
             try:
                 groups = build()
             except Exception:
                 self._failed(1, "building")
-                continue
-            batches.setdefault(origin, []).extend(groups)
-            responses += sum(len(group.responses) for group in groups)
-        return taken, batches
+            else:
+                held, requests = batches.get(origin, ([], 0))
+                batches[origin] = (held + list(groups), requests + 1)
+                responses += sum(len(group.responses) for group in groups)
+            left = deadline - time.monotonic()
+            if responses >= CAPTURE_BATCH_RESPONSES or left <= 0:
+                return taken, batches
+            try:
+                build, origin = self.queue.get(timeout=left)
+            except queue.Empty:
+                return taken, batches
 
-    def _failed(self, groups: int, doing: str) -> None:
+    def _failed(self, requests: int, doing: str) -> None:
         with self._lock:
-            self.failed += groups
-        _log.exception("capture: %s %d drawn groups failed; they are lost", doing, groups)
+            self.failed += requests
+        _log.exception(
+            "capture: %s the groups of %d requests failed; they are lost", doing, requests
+        )
 
 
 def capture_submit(build: GroupsBuild, origin: CaptureOrigin) -> None:

@@ -594,7 +594,7 @@ def test_groups_drawn_together_leave_in_one_message_per_origin_within_a_size_bou
     release.set()
     writer.queue.join()
     assert sent == [(1, ["a", "c"]), (2, ["b"])]
-    assert writer.failed == 1 and "building 1 drawn groups failed" in caplog.text
+    assert writer.failed == 1 and "building the groups of 1 requests failed" in caplog.text
 
     sent.clear()
     big = graders.capture.CAPTURE_BATCH_RESPONSES
@@ -670,7 +670,7 @@ def test_with_the_broker_away_a_drawn_group_is_logged_and_lost_without_holding_a
         store()  # what the answer's close() runs: it raises nothing
         writer = CaptureWriter.get()
         writer.queue.join()
-        assert writer.failed == 1 and "sending 1 drawn groups failed" in caplog.text
+        assert writer.failed == 1 and "sending the groups of 1 requests failed" in caplog.text
     finally:
         app.conf.broker_url, app.conf.broker_transport_options = previous
         _broker_pools_reset(app)
